@@ -1,0 +1,10 @@
+"""modformer: build transformers from swappable parts, freeze or randomise any part, train
+the variants under one grid and several seeds, and report what each part contributes."""
+
+from . import model, tasks, variants  # noqa: F401  (importing registers every part)
+from .config import RunConfig, load_config
+from .model.hooks import capture
+from .variants import build_model
+from .version import __version__
+
+__all__ = ["RunConfig", "load_config", "build_model", "capture", "__version__"]

@@ -1,0 +1,147 @@
+"""The `modformer` command line. Help texts are generated from the config dataclasses."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from . import variants as _variants  # noqa: F401  (registers the variants)
+from .config import RunConfig, load_config
+from .configtools import describe
+from .errors import ModformerError
+from .registry import FFNS, MIXERS, TASKS, VARIANTS
+
+
+def _config_help() -> str:
+    lines = ["config keys (set in the YAML file or as key=value overrides):"]
+    rows = describe(RunConfig, "")
+    width = max(len(r[0]) for r in rows)
+    for key, tp, default, text in rows:
+        lines.append(f"  {key:<{width}}  {text} [{tp}, default {default}]")
+    lines.append("")
+    for name in TASKS:
+        task_rows = [r for r in describe(TASKS[name].Config, "task") if r[0] not in {x[0] for x in rows}]
+        if task_rows:
+            lines.append(f"task '{name}' adds:")
+            lines += [f"  {k:<{width}}  {t} [{tp}, default {d}]" for k, tp, d, t in task_rows]
+    return "\n".join(lines)
+
+
+def format_results(summary: dict) -> str:
+    """The result table printed at the end of `modformer train` and by `modformer eval`."""
+    test = summary["test"]
+    lines = [f"{summary['variant']} on {summary['task']} (seed {summary['seed']}, step {summary['step']}, "
+             f"{summary['parameters']['trainable']:,} of {summary['parameters']['total']:,} parameters trained)",
+             "", f"  {'held-out metric':<24}{'value':>10}", f"  {'-' * 34}",
+             f"  {'accuracy':<24}{test['accuracy']:>10.4f}",
+             f"  {'token accuracy':<24}{test['token_accuracy']:>10.4f}",
+             f"  {'loss':<24}{test['loss']:>10.4f}",
+             f"  {'examples':<24}{test['examples']:>10d}"]
+    for name, values in test["slices"].items():
+        lines += ["", f"  {name:<12}{'accuracy':>12}{'examples':>10}", f"  {'-' * 34}"]
+        lines += [f"  {v:<12}{s['accuracy']:>12.4f}{s['examples']:>10d}" for v, s in values.items()]
+    return "\n".join(lines)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from .train.trainer import Trainer
+
+    cfg = load_config(args.config, args.overrides)
+    out = Path(args.out) if args.out else Path("runs") / Path(args.config).stem
+    summary = Trainer(cfg, out, resume=args.resume).run()
+    print(format_results(summary))
+    print(f"\nrun directory: {out}")
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from .evaluate import evaluate
+    from .train.checkpoint import list_checkpoints, load_model_state, read_checkpoint
+    from .config import config_from_dict
+    from .variants import build_model
+
+    path = Path(args.checkpoint)
+    if path.is_dir():
+        found = list_checkpoints(path / "checkpoints")
+        if not found:
+            raise ModformerError(f"no checkpoint under {path / 'checkpoints'}")
+        path = found[-1][1]
+    ckpt = read_checkpoint(path)
+    data = ckpt.meta.get("config")
+    from .configtools import apply_override
+    for assignment in args.overrides:
+        apply_override(data, assignment)
+    cfg = config_from_dict(data)
+    model = build_model(cfg.model, cfg.train.seed)
+    load_model_state(model, ckpt.model, path)
+    task = TASKS[cfg.task.name](cfg.task)
+    result = evaluate(model, task, batch_size=cfg.train.eval_batch_size, precision=cfg.train.precision)
+    summary = {"variant": cfg.model.variant, "task": cfg.task.name, "seed": cfg.train.seed, "step": ckpt.step,
+               "parameters": {"total": sum(p.numel() for p in model.parameters()),
+                              "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad)},
+               "test": result}
+    print(json.dumps(summary, indent=2) if args.json else format_results(summary))
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    print("variants (model.variant):")
+    for name in VARIANTS:
+        v = VARIANTS[name]
+        frozen = f"; freezes {', '.join(v.freeze)}" if v.freeze else ""
+        print(f"  {name:<20}{v.description}{frozen}")
+    print("mixers (model.mixer): " + ", ".join(MIXERS))
+    print("feed-forward modules (model.ffn): " + ", ".join(FFNS))
+    print("tasks (task.name): " + ", ".join(TASKS))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="modformer", description="Build transformers from parts, freeze or randomise them, train and compare.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    train = sub.add_parser(
+        "train", help="train one model on one task", description="Train one model on one task.",
+        epilog=_config_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    train.add_argument("config", help="YAML config with sections model, task, train")
+    train.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. train.steps=200")
+    train.add_argument("--out", help="run directory (default: runs/<config name>)")
+    train.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoint")
+    train.set_defaults(func=cmd_train)
+
+    ev = sub.add_parser("eval", help="score a checkpoint on its task's held-out set",
+                        description="Score a checkpoint (or a run directory's latest) on the held-out set.")
+    ev.add_argument("checkpoint", help="a checkpoint file or a run directory")
+    ev.add_argument("overrides", nargs="*", metavar="key=value", help="e.g. task.test_size=10000")
+    ev.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    ev.set_defaults(func=cmd_eval)
+
+    ls = sub.add_parser("list", help="list the registered variants, parts and tasks")
+    ls.set_defaults(func=cmd_list)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    # Overrides may come after options (`--out DIR train.steps=5`): collect the leftovers.
+    args, extra = parser.parse_known_args(argv)
+    unknown = [a for a in extra if a.startswith("-") or "=" not in a or not hasattr(args, "overrides")]
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if extra:
+        args.overrides = [*args.overrides, *extra]
+    try:
+        return args.func(args)
+    except ModformerError as e:
+        print(f"modformer: error: {e}", file=sys.stderr)
+        return 130 if e.__class__.__name__ == "Interrupted" else 2
+    except KeyboardInterrupt:
+        print("modformer: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

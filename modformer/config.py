@@ -1,0 +1,90 @@
+"""The run config: `model`, `task` and `train` sections, from YAML plus dotted overrides.
+
+Defaults, then the YAML file, then `key=value` overrides, in that order. The `task` section
+is typed by the task it names: `task.name` picks the config class that checks the rest.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Sequence
+
+import yaml
+
+from . import tasks as _tasks  # noqa: F401  (registers the tasks)
+from .configtools import apply_override, from_dict, option, to_dict
+from .errors import ConfigError
+from .model.config import ModelConfig
+from .registry import TASKS
+from .tasks.base import TaskConfig
+from .train.config import TrainConfig
+
+
+@dataclass
+class RunConfig:
+    model: ModelConfig = option(default_factory=ModelConfig, help="the architecture")
+    task: TaskConfig = option(default_factory=TaskConfig, help="the data and its metrics")
+    train: TrainConfig = option(default_factory=TrainConfig, help="the optimisation")
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_dict(self)
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+
+def config_from_dict(data: dict[str, Any] | None) -> RunConfig:
+    """Strictly build a `RunConfig` from plain data; resolves the model's vocabulary from the task."""
+    data = copy.deepcopy(data) if data else {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"a config must be a mapping with sections model, task, train; got {type(data).__name__}")
+    task_data = data.pop("task", None) or {}
+    if not isinstance(task_data, dict):
+        raise ConfigError(f"task: expected a mapping, got {task_data!r}")
+    name = task_data.get("name", TaskConfig().name)
+    if not isinstance(name, str):
+        raise ConfigError(f"task.name: expected str, got {name!r}")
+    task_cfg = from_dict(TASKS[name].Config, task_data, "task")
+    known = {"model", "train"}
+    for key in data:
+        if key not in known:
+            raise ConfigError(f"unknown config key '{key}' (known sections: model, task, train)")
+    model = from_dict(ModelConfig, data.get("model"), "model")
+    train = from_dict(TrainConfig, data.get("train"), "train")
+    task = TASKS[name](task_cfg)
+    if model.vocab_size is None:
+        model = replace(model, vocab_size=task.vocab_size)
+    elif model.vocab_size < task.vocab_size:
+        raise ConfigError(f"model.vocab_size={model.vocab_size} is smaller than the task's vocabulary ({task.vocab_size})")
+    if task.seq_len > model.max_seq_len:
+        raise ConfigError(f"model.max_seq_len={model.max_seq_len} is shorter than the task's sequences ({task.seq_len})")
+    return RunConfig(model=model, task=task_cfg, train=train)
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as e:
+        raise ConfigError(f"cannot read config file {path}: {e.__class__.__name__}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"config file {path} is not valid YAML{where}") from None
+    if data is not None and not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping with sections model, task, train")
+    return data or {}
+
+
+def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> RunConfig:
+    """Defaults <- YAML file (if any) <- `a.b=value` overrides."""
+    data = read_yaml(path) if path is not None else {}
+    for assignment in overrides:
+        apply_override(data, assignment)
+    return config_from_dict(data)

@@ -1,0 +1,149 @@
+"""Typed dataclass configs: documented fields, strict loading from dicts, dotted overrides.
+
+A config section is a dataclass whose fields are declared with `option(default, help)`, so
+each field's documentation sits where it is declared and the CLI help is generated from it.
+`from_dict` builds a section from plain data (parsed YAML), rejecting unknown keys and
+values of the wrong type with a `ConfigError` that names the dotted key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from typing import Any, Union
+
+import yaml
+
+from .errors import ConfigError
+
+_MISSING = dataclasses.MISSING
+
+
+def option(default: Any = _MISSING, help: str = "", *, default_factory: Any = _MISSING) -> Any:
+    """Declare a config field with its documentation (shown by `modformer ... --help`)."""
+    if default is not _MISSING and isinstance(default, (list, dict, set)):
+        raise TypeError("use default_factory for mutable defaults")
+    return dataclasses.field(default=default, default_factory=default_factory, metadata={"help": help})
+
+
+def field_help(cls: type, name: str) -> str:
+    return next(f.metadata.get("help", "") for f in dataclasses.fields(cls) if f.name == name)
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        return " | ".join(_type_name(a) for a in typing.get_args(tp))
+    if origin is not None:
+        return f"{origin.__name__}[{', '.join(_type_name(a) for a in typing.get_args(tp))}]"
+    return "null" if tp is type(None) else getattr(tp, "__name__", str(tp))
+
+
+def coerce(value: Any, tp: Any, key: str) -> Any:
+    """Check `value` against the annotation `tp`, converting only where it loses nothing
+    (an int where a float is expected, a list where a tuple is expected)."""
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        for arg in typing.get_args(tp):
+            try:
+                return coerce(value, arg, key)
+            except ConfigError:
+                pass
+        raise ConfigError(f"{key}: expected {_type_name(tp)}, got {value!r}")
+    if tp is type(None):
+        if value is None:
+            return None
+    elif tp is Any:
+        return value
+    elif dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):
+            return value
+        if isinstance(value, dict):
+            return from_dict(tp, value, key)
+    elif origin in (list, tuple):
+        args = typing.get_args(tp)
+        if isinstance(value, (list, tuple)):
+            if origin is list:
+                return [coerce(v, args[0], f"{key}[{i}]") for i, v in enumerate(value)]
+            if len(args) == 2 and args[1] is Ellipsis:
+                return tuple(coerce(v, args[0], f"{key}[{i}]") for i, v in enumerate(value))
+            if len(value) == len(args):
+                return tuple(coerce(v, a, f"{key}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
+    elif origin is dict:
+        kt, vt = typing.get_args(tp)
+        if isinstance(value, dict):
+            return {coerce(k, kt, key): coerce(v, vt, f"{key}.{k}") for k, v in value.items()}
+    elif tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif isinstance(tp, type) and isinstance(value, tp):
+        return value
+    raise ConfigError(f"{key}: expected {_type_name(tp)}, got {value!r}")
+
+
+def from_dict(cls: type, data: dict[str, Any] | None, prefix: str = "") -> Any:
+    """Build dataclass `cls` from `data`; unknown keys and wrong types name their dotted key."""
+    data = {} if data is None else data
+    where = prefix or "config"
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a mapping of keys to values, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = [k for k in data if k not in fields]
+    if unknown:
+        key = f"{prefix}.{unknown[0]}" if prefix else str(unknown[0])
+        raise ConfigError(f"unknown config key '{key}' (known keys in {where}: {', '.join(fields)})")
+    kwargs = {k: coerce(v, hints[k], f"{prefix}.{k}" if prefix else k) for k, v in data.items()}
+    return cls(**kwargs)
+
+
+def to_dict(obj: Any) -> Any:
+    """Plain data (dicts, lists, scalars) for YAML or JSON."""
+    if dataclasses.is_dataclass(obj):
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [to_dict(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: to_dict(v) for k, v in obj.items()}
+    return obj
+
+
+def apply_override(data: dict[str, Any], assignment: str) -> None:
+    """Apply one `a.b.c=value` override to nested plain data; the value is parsed as YAML."""
+    if "=" not in assignment:
+        raise ConfigError(f"override '{assignment}' is not of the form key=value (e.g. train.steps=200)")
+    key, raw = assignment.split("=", 1)
+    if not key or any(not part for part in key.split(".")):
+        raise ConfigError(f"override '{assignment}': empty key")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as e:
+        raise ConfigError(f"override '{assignment}': cannot parse value ({e.__class__.__name__})") from None
+    node = data
+    parts = key.split(".")
+    for i, part in enumerate(parts[:-1]):
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"override '{assignment}': '{'.'.join(parts[: i + 1])}' is not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def describe(cls: type, prefix: str) -> list[tuple[str, str, str, str]]:
+    """(dotted key, type, default, help) for every field, recursing into nested sections."""
+    hints = typing.get_type_hints(cls)
+    rows = []
+    for f in dataclasses.fields(cls):
+        key = f"{prefix}.{f.name}" if prefix else f.name
+        tp = hints[f.name]
+        if dataclasses.is_dataclass(tp):
+            rows += describe(tp, key)
+            continue
+        default = f.default if f.default is not _MISSING else (
+            f.default_factory() if f.default_factory is not _MISSING else "(required)")
+        rows.append((key, _type_name(tp), repr(default), f.metadata.get("help", "")))
+    return rows

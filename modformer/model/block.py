@@ -1,0 +1,34 @@
+"""A pre-norm residual block that is handed its sequence mixer and its feed-forward module."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .hooks import HookPoint
+
+
+class Block(nn.Module):
+    """x + mixer(norm(x)), then + ffn(norm(x)).
+
+    The block knows nothing about what its parts are: attention, a fixed mixing matrix, an
+    FFN or a knowledge read are all just modules mapping (B, T, d) to (B, T, d).
+    `residual_scale` multiplies each branch (the MixiT reference uses sqrt(0.5)).
+    Hook points: `resid_mid` after the mixer branch, `resid_post` after the whole block.
+    """
+
+    def __init__(self, d_model: int, mixer: nn.Module, ffn: nn.Module, *, norm_eps: float = 1e-5,
+                 residual_scale: float = 1.0):
+        super().__init__()
+        self.mixer_norm = nn.RMSNorm(d_model, eps=norm_eps)
+        self.mixer = mixer
+        self.ffn_norm = nn.RMSNorm(d_model, eps=norm_eps)
+        self.ffn = ffn
+        self.residual_scale = residual_scale
+        self.resid_mid = HookPoint()
+        self.resid_post = HookPoint()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x: (B, T, d_model) -> (B, T, d_model)."""
+        x = self.resid_mid(x + self.residual_scale * self.mixer(self.mixer_norm(x)))
+        return self.resid_post(x + self.residual_scale * self.ffn(self.ffn_norm(x)))

@@ -1,0 +1,47 @@
+"""Feed-forward modules for a block's state-mixing slot."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..registry import FFNS
+from .config import ModelConfig
+
+
+class SwiGLU(nn.Module):
+    """down(silu(gate(x)) * up(x)): Llama's MLP, with Llama's parameter names."""
+
+    def __init__(self, d_model: int, d_ff: int, bias: bool = False):
+        super().__init__()
+        self.gate_proj = nn.Linear(d_model, d_ff, bias=bias)
+        self.up_proj = nn.Linear(d_model, d_ff, bias=bias)
+        self.down_proj = nn.Linear(d_ff, d_model, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x: (..., d_model) -> (..., d_model)."""
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class ReLUFFN(nn.Module):
+    """down(relu(up(x))): the two-layer FFN of the original transformer."""
+
+    def __init__(self, d_model: int, d_ff: int, bias: bool = False):
+        super().__init__()
+        self.up_proj = nn.Linear(d_model, d_ff, bias=bias)
+        self.down_proj = nn.Linear(d_ff, d_model, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x: (..., d_model) -> (..., d_model)."""
+        return self.down_proj(F.relu(self.up_proj(x)))
+
+
+@FFNS.register("swiglu")
+def build_swiglu(cfg: ModelConfig) -> SwiGLU:
+    return SwiGLU(cfg.d_model, cfg.ffn_dim, bias=cfg.ffn_bias)
+
+
+@FFNS.register("relu")
+def build_relu(cfg: ModelConfig) -> ReLUFFN:
+    return ReLUFFN(cfg.d_model, cfg.ffn_dim, bias=cfg.ffn_bias)

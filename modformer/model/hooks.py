@@ -1,0 +1,65 @@
+"""Named hook points: one uniform way to read internals (attention maps, hidden states).
+
+A `HookPoint` is an identity module placed where an activation worth reading flows. Its
+dotted module name (`blocks.0.mixer.pattern`, `blocks.1.resid_post`) is the activation's
+name. `capture(model, patterns)` records every matching activation of the next forward
+passes. Modules whose fast path skips materialising an activation (attention maps under
+`scaled_dot_product_attention`) ask `hook.active` and take the explicit path only then.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+from typing import Iterator
+
+import torch
+from torch import nn
+
+from ..errors import ModformerError
+
+
+class HookPoint(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+
+    @property
+    def active(self) -> bool:
+        return bool(self._forward_hooks)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+
+def hook_names(model: nn.Module) -> list[str]:
+    return [name for name, m in model.named_modules() if isinstance(m, HookPoint)]
+
+
+@contextlib.contextmanager
+def capture(model: nn.Module, *patterns: str) -> Iterator[dict[str, torch.Tensor]]:
+    """Record the activations whose hook names match any glob pattern.
+
+    >>> with capture(model, "blocks.*.mixer.pattern") as acts:
+    ...     model(tokens)
+    >>> acts["blocks.0.mixer.pattern"].shape   # (B, n_heads, T, T)
+
+    Values are detached; a later forward pass inside the block overwrites earlier ones.
+    """
+    points = {n: m for n, m in model.named_modules() if isinstance(m, HookPoint)}
+    chosen = [n for n in points if any(fnmatch.fnmatchcase(n, p) for p in patterns)]
+    if not chosen:
+        raise ModformerError(
+            f"no hook point matches {list(patterns)} (available: {', '.join(points) or 'none'})"
+        )
+    acts: dict[str, torch.Tensor] = {}
+    handles = []
+    for name in chosen:
+        def record(_module, _inputs, output, name=name):
+            acts[name] = output.detach()
+
+        handles.append(points[name].register_forward_hook(record))
+    try:
+        yield acts
+    finally:
+        for h in handles:
+            h.remove()

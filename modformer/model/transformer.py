@@ -1,0 +1,53 @@
+"""The decoder: embeddings, a stack of blocks, a final norm and an output head."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .block import Block
+from .hooks import HookPoint
+
+
+class Transformer(nn.Module):
+    """tokens (B, T) -> logits (B, T, vocab).
+
+    Parameter names: `embed`, `positions` (only with learned absolute positions),
+    `blocks.{i}.{mixer,ffn,mixer_norm,ffn_norm}.*`, `norm`, `lm_head` (absent when tied to
+    the embedding). Hook points: `embed_out` (B, T, d) and each block's own.
+    """
+
+    def __init__(self, vocab_size: int, d_model: int, blocks: list[Block], *, norm_eps: float = 1e-5,
+                 tie_embeddings: bool = False, max_positions: int | None = None):
+        super().__init__()
+        self.embed = nn.Embedding(vocab_size, d_model)
+        self.positions = nn.Embedding(max_positions, d_model) if max_positions else None
+        self.embed_out = HookPoint()
+        self.blocks = nn.ModuleList(blocks)
+        self.norm = nn.RMSNorm(d_model, eps=norm_eps)
+        self.lm_head = None if tie_embeddings else nn.Linear(d_model, vocab_size, bias=False)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.embed.num_embeddings
+
+    def hidden_states(self, tokens: torch.Tensor) -> torch.Tensor:
+        """tokens (B, T) -> final normed hidden states (B, T, d_model)."""
+        x = self.embed(tokens)
+        if self.positions is not None:
+            T = tokens.shape[1]
+            if T > self.positions.num_embeddings:
+                raise ValueError(f"sequence length {T} exceeds model.max_seq_len={self.positions.num_embeddings}")
+            x = x + self.positions.weight[:T]
+        x = self.embed_out(x)
+        for block in self.blocks:
+            x = block(x)
+        return self.norm(x)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """tokens (B, T) int64 -> logits (B, T, vocab_size)."""
+        h = self.hidden_states(tokens)
+        return h @ self.embed.weight.T if self.lm_head is None else self.lm_head(h)
+
+    def num_parameters(self, trainable_only: bool = False) -> int:
+        return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)

@@ -1,0 +1,116 @@
+"""What every task provides: a training stream, a fixed held-out set, and how to score it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..configtools import option
+
+IGNORE = -100  # target value at positions that carry no loss
+
+
+@dataclass
+class TaskConfig:
+    name: str = option("condattend", "registered task (`modformer list` shows them)")
+    test_size: int = option(4000, "examples in the fixed held-out test set")
+    test_seed: int = option(1234, "seed of the held-out set; fixed so every run is scored on the same examples")
+
+
+@dataclass
+class Batch:
+    inputs: torch.Tensor  # (B, T) int64 token ids
+    targets: torch.Tensor  # (B, T) int64 next-token targets, IGNORE where not scored
+    slices: dict[str, torch.Tensor]  # slice name -> (B,) int64 slice value of each example
+
+    def __len__(self) -> int:
+        return self.inputs.shape[0]
+
+    def to(self, device: torch.device | str) -> "Batch":
+        return Batch(self.inputs.to(device), self.targets.to(device),
+                     {k: v.to(device) for k, v in self.slices.items()})
+
+    def narrow(self, start: int, length: int) -> "Batch":
+        return Batch(self.inputs[start:start + length], self.targets[start:start + length],
+                     {k: v[start:start + length] for k, v in self.slices.items()})
+
+
+class Task:
+    """Base class. A subclass sets `Config`, `vocab_size` and `seq_len`, and implements
+    `sample(rng, count)`; it gets a training stream that is a pure function of
+    (config, seed, step) and never emits a held-out example."""
+
+    Config: type[TaskConfig] = TaskConfig
+    vocab_size: int
+    seq_len: int  # length of `inputs`
+
+    def __init__(self, cfg: TaskConfig):
+        self.cfg = cfg
+        self._test: Batch | None = None
+        self._test_keys: set[bytes] | None = None
+
+    def sample(self, rng: np.random.Generator, count: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Draw `count` full sequences (count, seq_len + 1) and their slice values."""
+        raise NotImplementedError
+
+    def to_batch(self, seqs: np.ndarray, slices: dict[str, np.ndarray]) -> Batch:
+        """Full sequences -> inputs and next-token targets. The default scores every
+        position after the first; tasks with a single answer override `target_mask`."""
+        seqs_t = torch.from_numpy(np.ascontiguousarray(seqs, dtype=np.int64))
+        inputs, targets = seqs_t[:, :-1], seqs_t[:, 1:].clone()
+        targets[~self.target_mask(inputs, targets)] = IGNORE
+        return Batch(inputs.contiguous(), targets, {k: torch.from_numpy(v.astype(np.int64)) for k, v in slices.items()})
+
+    def target_mask(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return torch.ones_like(targets, dtype=torch.bool)
+
+    def test_set(self) -> Batch:
+        """The fixed held-out set, drawn from `test_seed` (duplicates removed)."""
+        if self._test is None:
+            rng = np.random.default_rng([self.cfg.test_seed, 0x7E57])
+            seqs, slices = self.sample(rng, self.cfg.test_size)
+            _, first = np.unique(seqs, axis=0, return_index=True)
+            keep = np.sort(first)
+            self._test_keys = {row.tobytes() for row in seqs[keep]}
+            self._test = self.to_batch(seqs[keep], {k: v[keep] for k, v in slices.items()})
+        return self._test
+
+    def train_batch(self, seed: int, step: int, batch_size: int) -> Batch:
+        """Training batch `step` of the stream seeded by `seed`: depends on nothing else,
+        so a resumed run sees exactly the batches an uninterrupted one would."""
+        self.test_set()
+        rng = np.random.default_rng([seed, step])
+        rows: list[np.ndarray] = []
+        slice_rows: dict[str, list[np.ndarray]] = {}
+        have = 0
+        while have < batch_size:
+            seqs, slices = self.sample(rng, batch_size - have)
+            fresh = np.array([row.tobytes() not in self._test_keys for row in seqs], dtype=bool)
+            rows.append(seqs[fresh])
+            for k, v in slices.items():
+                slice_rows.setdefault(k, []).append(v[fresh])
+            have += int(fresh.sum())
+        return self.to_batch(np.concatenate(rows), {k: np.concatenate(v) for k, v in slice_rows.items()})
+
+    def loss(self, logits: torch.Tensor, batch: Batch) -> torch.Tensor:
+        """Mean cross-entropy over scored positions. logits: (B, T, V)."""
+        return F.cross_entropy(logits.flatten(0, 1).float(), batch.targets.flatten(), ignore_index=IGNORE)
+
+    def score(self, logits: torch.Tensor, batch: Batch) -> dict[str, torch.Tensor]:
+        """Per-example statistics, summed over a dataset by the evaluator.
+
+        Returns (B,) tensors: `correct` (every scored position right), `tokens_correct`,
+        `tokens` (scored positions) and `loss_sum` (summed cross-entropy)."""
+        scored = batch.targets != IGNORE
+        hit = (logits.argmax(-1) == batch.targets) & scored
+        ce = F.cross_entropy(logits.flatten(0, 1).float(), batch.targets.flatten(), ignore_index=IGNORE,
+                             reduction="none").view_as(batch.targets)
+        return {
+            "correct": (hit.sum(1) == scored.sum(1)).float(),
+            "tokens_correct": hit.sum(1).float(),
+            "tokens": scored.sum(1).float(),
+            "loss_sum": ce.sum(1),
+        }

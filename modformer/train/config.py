@@ -1,0 +1,50 @@
+"""The `train` section of a run config."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..configtools import option
+from ..errors import ConfigError
+
+
+@dataclass
+class TrainConfig:
+    seed: int = option(0, "seed of the initial weights and of the training stream")
+    steps: int = option(1000, "optimizer steps")
+    batch_size: int = option(64, "sequences per step")
+    lr: float = option(1e-3, "peak learning rate")
+    min_lr_ratio: float = option(0.1, "final learning rate as a fraction of the peak (cosine decay)")
+    warmup_steps: int = option(100, "linear warmup steps from 0 to the peak")
+    weight_decay: float = option(0.1, "AdamW decoupled weight decay on matrices (never on norms or biases)")
+    betas: tuple[float, float] = option((0.9, 0.95), "AdamW betas")
+    grad_clip: float = option(1.0, "clip the global gradient norm to this; 0 disables")
+    precision: str = option("fp32", "fp32, or bf16 (autocast of matmuls; weights stay fp32)")
+    device: str = option("cpu", "cpu, cuda, or auto (cuda when available)")
+    threads: int | None = option(None, "CPU threads for torch; null leaves torch's default")
+    eval_every: int = option(100, "evaluate on the held-out set every this many steps (and at the end)")
+    eval_batch_size: int = option(1000, "sequences per evaluation forward pass")
+    log_every: int = option(10, "append a training record to metrics.jsonl every this many steps")
+    checkpoint_every: int = option(200, "save a checkpoint every this many steps (and at the end); 0: only at the end")
+    keep_checkpoints: int = option(2, "how many of the latest checkpoints to keep")
+    progress: bool = option(True, "show a progress bar")
+
+    def __post_init__(self) -> None:
+        for key in ("steps", "batch_size", "eval_every", "eval_batch_size", "log_every", "keep_checkpoints"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"train.{key} must be positive, got {getattr(self, key)}")
+        for key in ("warmup_steps", "checkpoint_every", "weight_decay", "grad_clip"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"train.{key} must not be negative, got {getattr(self, key)}")
+        if self.lr <= 0:
+            raise ConfigError(f"train.lr must be positive, got {self.lr}")
+        if not 0 <= self.min_lr_ratio <= 1:
+            raise ConfigError(f"train.min_lr_ratio must lie in [0, 1], got {self.min_lr_ratio}")
+        if not all(0 <= b < 1 for b in self.betas):
+            raise ConfigError(f"train.betas must lie in [0, 1), got {list(self.betas)}")
+        if self.precision not in ("fp32", "bf16"):
+            raise ConfigError(f"train.precision must be fp32 or bf16, got '{self.precision}'")
+        if self.device not in ("cpu", "cuda", "auto") and not self.device.startswith("cuda:"):
+            raise ConfigError(f"train.device must be cpu, cuda, cuda:N or auto, got '{self.device}'")
+        if self.threads is not None and self.threads < 1:
+            raise ConfigError(f"train.threads must be positive or null, got {self.threads}")

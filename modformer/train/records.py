@@ -1,0 +1,42 @@
+"""The run directory's metrics file: one JSON object per line, appended as training goes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterator
+
+from .checkpoint import atomic_write_text
+
+
+class MetricsLog:
+    """Append-only JSON lines. `truncate_after(step)` drops records a killed run wrote after
+    its last checkpoint, so that a resumed run's file equals an uninterrupted run's."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    def append(self, record: dict[str, Any]) -> None:
+        with open(self.path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+            f.flush()
+
+    def records(self) -> list[dict[str, Any]]:
+        return list(read_records(self.path))
+
+    def truncate_after(self, step: int) -> None:
+        if self.path.exists():
+            kept = [r for r in read_records(self.path) if r.get("step", 0) <= step]
+            atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in kept))
+
+
+def read_records(path: Path) -> Iterator[dict[str, Any]]:
+    """Records of a metrics file; a torn last line (a run killed mid-write) is skipped."""
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if line:
+                try:
+                    yield json.loads(line)
+                except json.JSONDecodeError:
+                    continue

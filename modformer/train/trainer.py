@@ -1,0 +1,257 @@
+"""The training loop: one run of one config in one run directory, resumable bit for bit.
+
+A run directory holds `config.yaml` (resolved), `run.json` (command, code version),
+`metrics.jsonl`, `checkpoints/step_N.safetensors`, `summary.json` (final held-out metrics)
+and `curves.png`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import yaml
+from tqdm import tqdm
+
+from ..config import RunConfig, config_from_dict
+from ..configtools import to_dict
+from ..errors import CheckpointError, ConfigError, ModformerError, TrainingDiverged
+from ..evaluate import autocast, evaluate
+from ..registry import TASKS
+from ..variants import build_model
+from ..version import code_version
+from .checkpoint import (atomic_write_text, checkpoint_path, list_checkpoints, load_model_state,
+                         load_optimizer_tensors, read_checkpoint, restore_rng, save_checkpoint)
+from .optim import build_optimizer, learning_rate, schedule_description
+from .plots import plot_training_curves
+from .records import MetricsLog
+
+# Keys that may change when a run is resumed: they do not change what was already computed.
+RESUMABLE_CHANGES = {"train.steps", "train.eval_every", "train.log_every", "train.checkpoint_every",
+                     "train.keep_checkpoints", "train.progress", "train.eval_batch_size", "train.threads"}
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"train.device={name}, but no CUDA device is available (use cpu or auto)")
+    return torch.device(name)
+
+
+def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}.{k}" if prefix else k
+        out.update(_flatten(v, key) if isinstance(v, dict) else {key: v})
+    return out
+
+
+class Interrupts:
+    """Turns SIGINT/SIGTERM into a flag read between steps, so a checkpoint is never torn.
+    A second Ctrl-C raises KeyboardInterrupt at once."""
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    @contextmanager
+    def installed(self):
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+
+        def handle(signum, frame):
+            if self.requested and signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            self.requested = True
+
+        for s in previous:
+            signal.signal(s, handle)
+        try:
+            yield self
+        finally:
+            for s, h in previous.items():
+                signal.signal(s, h)
+
+
+class Interrupted(ModformerError):
+    """Stopped by a signal after saving a checkpoint."""
+
+
+class Trainer:
+    def __init__(self, cfg: RunConfig, run_dir: str | Path, *, resume: bool = False,
+                 command: list[str] | None = None, echo: Callable[[str], None] | None = None):
+        self.cfg = cfg
+        self.run_dir = Path(run_dir)
+        self.resume = resume
+        self.command = command if command is not None else sys.argv
+        self.echo = echo or (lambda msg: print(msg, file=sys.stderr))
+        self.ckpt_dir = self.run_dir / "checkpoints"
+        self.metrics = MetricsLog(self.run_dir / "metrics.jsonl")
+        self.interrupts = Interrupts()
+
+    # -- run directory -------------------------------------------------------------------
+    def _prepare_run_dir(self) -> None:
+        saved = self.run_dir / "config.yaml"
+        holds_run = saved.exists() or bool(list_checkpoints(self.ckpt_dir))
+        if holds_run and not self.resume:
+            raise ModformerError(f"{self.run_dir} already holds a run; pass --resume to continue it, "
+                                 f"or --out to choose another folder")
+        if self.resume and saved.exists():
+            self._check_same_config(saved)
+        try:
+            self.ckpt_dir.mkdir(parents=True, exist_ok=True)
+            probe = self.run_dir / f".write-test-{os.getpid()}"
+            probe.write_text("")
+            probe.unlink()
+        except OSError as e:
+            raise ModformerError(f"cannot write to output folder {self.run_dir}: {e.strerror or e}") from None
+        atomic_write_text(saved, self.cfg.to_yaml())
+        info = {"command": self.command, "code_version": code_version(), "torch": torch.__version__,
+                "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        atomic_write_text(self.run_dir / "run.json", json.dumps(info, indent=2) + "\n")
+
+    def _check_same_config(self, saved: Path) -> None:
+        try:
+            old = config_from_dict(yaml.safe_load(saved.read_text()))
+        except (ConfigError, yaml.YAMLError) as e:
+            raise ModformerError(f"cannot resume: the saved {saved} is unreadable ({e})") from None
+        before, after = _flatten(old.to_dict()), _flatten(self.cfg.to_dict())
+        changed = sorted(k for k in set(before) | set(after)
+                         if before.get(k) != after.get(k) and k not in RESUMABLE_CHANGES)
+        if changed:
+            detail = ", ".join(f"{k}: {before.get(k)!r} -> {after.get(k)!r}" for k in changed[:4])
+            raise ModformerError(f"cannot resume {self.run_dir} with a different config ({detail}); "
+                                 f"only {', '.join(sorted(RESUMABLE_CHANGES))} may change")
+
+    # -- checkpoints -----------------------------------------------------------------------
+    def _meta(self) -> dict[str, Any]:
+        return {"config": self.cfg.to_dict(), "schedule": schedule_description(self.cfg.train),
+                "optimizer": {"name": "AdamW", "groups": [{k: v for k, v in g.items() if k != "params"}
+                                                          for g in self.optimizer.param_groups]},
+                "code_version": code_version()}
+
+    def _save(self, step: int) -> None:
+        save_checkpoint(checkpoint_path(self.ckpt_dir, step), step, self.model, self.optimizer, self._meta())
+        for _, old in list_checkpoints(self.ckpt_dir)[:-self.cfg.train.keep_checkpoints]:
+            old.unlink()
+        self.last_saved = step
+
+    def _restore(self) -> int:
+        found = list_checkpoints(self.ckpt_dir)
+        if not found:
+            self.echo(f"no checkpoint in {self.ckpt_dir}; starting from step 0")
+            return 0
+        step, path = found[-1]
+        ckpt = read_checkpoint(path)
+        if ckpt.step != step:
+            raise CheckpointError(f"{path} is named for step {step} but holds step {ckpt.step}")
+        load_model_state(self.model, {k: v.to(self.device) for k, v in ckpt.model.items()}, path)
+        names = {p: n for n, p in self.model.named_parameters() if p.requires_grad}
+        load_optimizer_tensors(self.optimizer, names, ckpt.optimizer)
+        restore_rng(ckpt.rng)
+        self.metrics.truncate_after(step)
+        self.echo(f"resumed {self.run_dir} from step {step}")
+        return step
+
+    # -- the loop --------------------------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        cfg, tc = self.cfg, self.cfg.train
+        self.device = resolve_device(tc.device)
+        if tc.threads is not None:
+            torch.set_num_threads(tc.threads)
+        self._prepare_run_dir()
+        self.task = TASKS[cfg.task.name](cfg.task)
+        self.model = build_model(cfg.model, tc.seed).to(self.device)
+        self.optimizer = build_optimizer(self.model, tc)
+        self.last_saved = None
+        start = self._restore() if self.resume else 0
+        if start > tc.steps:
+            raise ModformerError(f"{self.run_dir} is already at step {start}, past train.steps={tc.steps}")
+        self.task.test_set()  # drawn before timing starts
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        last_eval: dict[str, Any] | None = None
+        window_loss, window_steps, window_tokens, window_start = 0.0, 0, 0, time.perf_counter()
+        tokens_per_s = 0.0
+        bar = tqdm(total=tc.steps, initial=start, disable=not tc.progress, dynamic_ncols=True,
+                   desc=f"{cfg.model.variant}/{cfg.task.name}", file=sys.stderr)
+        self.model.train()
+        with self.interrupts.installed():
+            for step in range(start, tc.steps):
+                batch = self.task.train_batch(tc.seed, step, tc.batch_size).to(self.device)
+                lr = learning_rate(step, tc)
+                for group in self.optimizer.param_groups:
+                    group["lr"] = lr
+                with autocast(self.device, tc.precision):
+                    logits = self.model(batch.inputs)
+                loss = self.task.loss(logits, batch)
+                loss_value = loss.item()
+                if not math.isfinite(loss_value):
+                    bar.close()
+                    kept = (f"the last good checkpoint (step {self.last_saved or start}) is kept in {self.ckpt_dir}"
+                            if (self.last_saved or start) else "no checkpoint had been written yet")
+                    raise TrainingDiverged(f"loss became {loss_value} at step {step + 1}; {kept}. "
+                                           f"Try a lower train.lr or train.grad_clip")
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                grad_norm = torch.nn.utils.clip_grad_norm_(params, tc.grad_clip if tc.grad_clip > 0 else math.inf)
+                self.optimizer.step()
+                done = step + 1
+                window_loss += loss_value
+                window_steps += 1
+                window_tokens += batch.inputs.numel()
+                if done % tc.log_every == 0 or done == tc.steps:
+                    elapsed = time.perf_counter() - window_start
+                    tokens_per_s = window_tokens / max(elapsed, 1e-9)
+                    self.metrics.append({"kind": "train", "step": done, "loss": window_loss / window_steps,
+                                         "lr": lr, "grad_norm": float(grad_norm), "tokens_per_s": tokens_per_s})
+                    window_loss, window_steps, window_tokens, window_start = 0.0, 0, 0, time.perf_counter()
+                if done % tc.eval_every == 0 or done == tc.steps:
+                    last_eval = evaluate(self.model, self.task, batch_size=tc.eval_batch_size, precision=tc.precision)
+                    self.metrics.append({"kind": "eval", "step": done, **last_eval})
+                if (tc.checkpoint_every and done % tc.checkpoint_every == 0) or done == tc.steps:
+                    self._save(done)
+                bar.update(1)
+                postfix = {"loss": f"{loss_value:.4f}", "tok/s": f"{tokens_per_s:,.0f}"}
+                if last_eval is not None:
+                    postfix["acc"] = f"{last_eval['accuracy']:.3f}"
+                bar.set_postfix(postfix, refresh=False)
+                if self.interrupts.requested:
+                    bar.close()
+                    if self.last_saved != done:
+                        self._save(done)
+                    self._plot()
+                    raise Interrupted(f"interrupted at step {done}; checkpoint saved. Continue with: "
+                                      f"modformer train {self.run_dir / 'config.yaml'} --out {self.run_dir} --resume")
+        bar.close()
+        if last_eval is None or start == tc.steps:
+            last_eval = evaluate(self.model, self.task, batch_size=tc.eval_batch_size, precision=tc.precision)
+        summary = {
+            "step": tc.steps,
+            "variant": cfg.model.variant,
+            "task": cfg.task.name,
+            "seed": tc.seed,
+            "parameters": {"total": sum(p.numel() for p in self.model.parameters()),
+                           "trainable": sum(p.numel() for p in params)},
+            "tokens_per_s": tokens_per_s,
+            "test": last_eval,
+            "code_version": code_version(),
+        }
+        atomic_write_text(self.run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+        self._plot()
+        return summary
+
+    def _plot(self) -> None:
+        if self.metrics.path.exists():
+            plot_training_curves(self.metrics.path, self.run_dir / "curves.png",
+                                 title=f"{self.cfg.model.variant} on {self.cfg.task.name}")

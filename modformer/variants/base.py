@@ -1,0 +1,32 @@
+"""A variant is a model builder plus a freeze specification."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from ..freeze import freeze
+from ..model.config import ModelConfig
+from ..model.init import init_weights
+from ..model.transformer import Transformer
+from ..registry import VARIANTS
+
+
+@dataclass(frozen=True)
+class Variant:
+    build: Callable[[ModelConfig], Transformer]  # architecture only; weights are set by `build_model`
+    freeze: tuple[str, ...] = ()  # parameter-name globs fixed at their initial values
+    description: str = ""
+
+
+def build_model(cfg: ModelConfig, seed: int) -> Transformer:
+    """Build, initialise (deterministically from `seed`) and freeze the configured variant."""
+    if cfg.vocab_size is None:
+        raise ValueError("model.vocab_size must be resolved (from the task) before building")
+    variant = VARIANTS[cfg.variant]
+    model = variant.build(cfg)
+    init_weights(model, cfg.init_std, torch.Generator().manual_seed(seed))
+    freeze(model, [*variant.freeze, *cfg.freeze])
+    return model
