@@ -77,6 +77,11 @@ def coerce(value: Any, tp: Any, key: str) -> Any:
     elif tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
+        if isinstance(value, str):  # YAML 1.1 reads `3e-3` (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
     elif tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value

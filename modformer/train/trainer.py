@@ -139,7 +139,10 @@ class Trainer:
         return {"config": self.cfg.to_dict(), "schedule": schedule_description(self.cfg.train),
                 "optimizer": {"name": "AdamW", "groups": [{k: v for k, v in g.items() if k != "params"}
                                                           for g in self.optimizer.param_groups]},
-                "code_version": code_version()}
+                "code_version": code_version(),
+                # The running mean of the loss since the last log line, so a resumed run logs
+                # the same means as an uninterrupted one.
+                "loss_window": [self.window_loss, self.window_steps]}
 
     def _save(self, step: int) -> None:
         save_checkpoint(checkpoint_path(self.ckpt_dir, step), step, self.model, self.optimizer, self._meta())
@@ -160,6 +163,7 @@ class Trainer:
         names = {p: n for n, p in self.model.named_parameters() if p.requires_grad}
         load_optimizer_tensors(self.optimizer, names, ckpt.optimizer)
         restore_rng(ckpt.rng)
+        self.window_loss, self.window_steps = ckpt.meta.get("loss_window", [0.0, 0])
         self.metrics.truncate_after(step)
         self.echo(f"resumed {self.run_dir} from step {step}")
         return step
@@ -175,13 +179,14 @@ class Trainer:
         self.model = build_model(cfg.model, tc.seed).to(self.device)
         self.optimizer = build_optimizer(self.model, tc)
         self.last_saved = None
+        self.window_loss, self.window_steps = 0.0, 0
         start = self._restore() if self.resume else 0
         if start > tc.steps:
             raise ModformerError(f"{self.run_dir} is already at step {start}, past train.steps={tc.steps}")
         self.task.test_set()  # drawn before timing starts
         params = [p for p in self.model.parameters() if p.requires_grad]
         last_eval: dict[str, Any] | None = None
-        window_loss, window_steps, window_tokens, window_start = 0.0, 0, 0, time.perf_counter()
+        window_tokens, window_start = 0, time.perf_counter()
         tokens_per_s = 0.0
         bar = tqdm(total=tc.steps, initial=start, disable=not tc.progress, dynamic_ncols=True,
                    desc=f"{cfg.model.variant}/{cfg.task.name}", file=sys.stderr)
@@ -207,15 +212,16 @@ class Trainer:
                 grad_norm = torch.nn.utils.clip_grad_norm_(params, tc.grad_clip if tc.grad_clip > 0 else math.inf)
                 self.optimizer.step()
                 done = step + 1
-                window_loss += loss_value
-                window_steps += 1
+                self.window_loss += loss_value
+                self.window_steps += 1
                 window_tokens += batch.inputs.numel()
                 if done % tc.log_every == 0 or done == tc.steps:
                     elapsed = time.perf_counter() - window_start
                     tokens_per_s = window_tokens / max(elapsed, 1e-9)
-                    self.metrics.append({"kind": "train", "step": done, "loss": window_loss / window_steps,
+                    self.metrics.append({"kind": "train", "step": done, "loss": self.window_loss / self.window_steps,
                                          "lr": lr, "grad_norm": float(grad_norm), "tokens_per_s": tokens_per_s})
-                    window_loss, window_steps, window_tokens, window_start = 0.0, 0, 0, time.perf_counter()
+                    self.window_loss, self.window_steps = 0.0, 0
+                    window_tokens, window_start = 0, time.perf_counter()
                 if done % tc.eval_every == 0 or done == tc.steps:
                     last_eval = evaluate(self.model, self.task, batch_size=tc.eval_batch_size, precision=tc.precision)
                     self.metrics.append({"kind": "eval", "step": done, **last_eval})

@@ -1,0 +1,63 @@
+import pytest
+
+from modformer.config import RunConfig, load_config
+from modformer.configtools import describe
+from modformer.errors import ConfigError
+
+
+def test_defaults_yaml_then_overrides(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("train:\n  steps: 50\n  lr: 0.01\ntask:\n  n_pairs: 16\n")
+    cfg = load_config(path, ["train.steps=7", "model.d_model=96", "model.n_heads=3"])
+    assert cfg.train.steps == 7 and cfg.train.lr == 0.01
+    assert cfg.task.n_pairs == 16 and cfg.model.d_model == 96
+    assert cfg.train.batch_size == RunConfig().train.batch_size  # untouched default
+    assert cfg.model.vocab_size == 512  # resolved from the task
+
+
+def test_round_trip_through_yaml(tmp_path):
+    cfg = load_config(None, ["train.betas=[0.8, 0.9]", "model.freeze=['blocks.0.*']"])
+    path = tmp_path / "c.yaml"
+    path.write_text(cfg.to_yaml())
+    assert load_config(path) == cfg
+
+
+@pytest.mark.parametrize("override, names", [
+    ("train.stepz=5", "train.stepz"),
+    ("modle.d_model=5", "modle"),
+    ("task.n_pair=3", "task.n_pair"),
+    ("train.steps=ten", "train.steps"),
+    ("train.steps=1.5", "train.steps"),
+    ("train.progress=3", "train.progress"),
+    ("train.lr=fast", "train.lr"),
+    ("train.betas=[0.9]", "train.betas"),
+    ("model.n_heads=5", "model.n_heads"),
+    ("model.n_kv_heads=3", "model.n_kv_heads"),
+    ("model.vocab_size=100", "model.vocab_size"),
+    ("model.max_seq_len=8", "model.max_seq_len"),
+    ("train.precision=fp16", "train.precision"),
+    ("task.name=nonesuch", "task.name"),
+    ("task.n_pairs=200", "task.n_pairs"),
+    ("train.steps", "train.steps"),
+])
+def test_bad_values_name_their_key(override, names):
+    with pytest.raises(ConfigError, match=names.replace(".", r"\.")):
+        load_config(None, [override])
+
+
+def test_bad_yaml_files(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "missing.yaml")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("train: [1, 2\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(broken)
+    scalar = tmp_path / "scalar.yaml"
+    scalar.write_text("42\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        load_config(scalar)
+
+
+def test_every_field_is_documented():
+    rows = describe(RunConfig, "")
+    assert rows and all(help_text for _, _, _, help_text in rows), [r[0] for r in rows if not r[3]]
