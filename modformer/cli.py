@@ -5,13 +5,18 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 from . import variants as _variants  # noqa: F401  (registers the variants)
-from .config import RunConfig, load_config
-from .configtools import describe
+from .config import RunConfig, config_from_dict, load_config
+from .configtools import apply_override, describe
 from .errors import ModformerError
+from .evaluate import evaluate
 from .registry import FFNS, MIXERS, TASKS, VARIANTS
+from .train.checkpoint import list_checkpoints, load_model_state, read_checkpoint
+from .train.trainer import Trainer
+from .variants import build_model
 
 
 def _config_help() -> str:
@@ -46,10 +51,8 @@ def format_results(summary: dict) -> str:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from .train.trainer import Trainer
-
     cfg = load_config(args.config, args.overrides)
-    out = Path(args.out) if args.out else Path("runs") / Path(args.config).stem
+    out = Path(args.out) if args.out else Path("runs") / Path(args.config).stem / time.strftime("%Y%m%d-%H%M%S")
     summary = Trainer(cfg, out, resume=args.resume).run()
     print(format_results(summary))
     print(f"\nrun directory: {out}")
@@ -57,11 +60,6 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from .evaluate import evaluate
-    from .train.checkpoint import list_checkpoints, load_model_state, read_checkpoint
-    from .config import config_from_dict
-    from .variants import build_model
-
     path = Path(args.checkpoint)
     if path.is_dir():
         found = list_checkpoints(path / "checkpoints")
@@ -70,7 +68,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         path = found[-1][1]
     ckpt = read_checkpoint(path)
     data = ckpt.meta.get("config")
-    from .configtools import apply_override
+    if not isinstance(data, dict):
+        raise ModformerError(f"{path} records no config; it was not written by `modformer train`")
     for assignment in args.overrides:
         apply_override(data, assignment)
     cfg = config_from_dict(data)
@@ -79,8 +78,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     task = TASKS[cfg.task.name](cfg.task)
     result = evaluate(model, task, batch_size=cfg.train.eval_batch_size, precision=cfg.train.precision)
     summary = {"variant": cfg.model.variant, "task": cfg.task.name, "seed": cfg.train.seed, "step": ckpt.step,
-               "parameters": {"total": sum(p.numel() for p in model.parameters()),
-                              "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad)},
+               "parameters": model.parameter_counts(),
                "test": result}
     print(json.dumps(summary, indent=2) if args.json else format_results(summary))
     return 0
@@ -108,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_config_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     train.add_argument("config", help="YAML config with sections model, task, train")
     train.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. train.steps=200")
-    train.add_argument("--out", help="run directory (default: runs/<config name>)")
+    train.add_argument("--out", help="run directory (default: runs/<config name>/<date-time>)")
     train.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoint")
     train.set_defaults(func=cmd_train)
 

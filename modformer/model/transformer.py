@@ -49,5 +49,7 @@ class Transformer(nn.Module):
         h = self.hidden_states(tokens)
         return h @ self.embed.weight.T if self.lm_head is None else self.lm_head(h)
 
-    def num_parameters(self, trainable_only: bool = False) -> int:
-        return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)
+    def parameter_counts(self) -> dict[str, int]:
+        """{"total": all parameters, "trainable": those with requires_grad}."""
+        return {"total": sum(p.numel() for p in self.parameters()),
+                "trainable": sum(p.numel() for p in self.parameters() if p.requires_grad)}

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Creates .venv beside this repository and installs modformer with its test and Hugging Face
+# extras. Idempotent: a second run only checks that everything is installed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$python" -m venv .venv
+# torch goes first and pinned: an unpinned torch would resolve to a multi-GB CUDA build,
+# while torch==2.13.0 is the CPU build on this project's machines (from a local file) and
+# the usual build from PyPI elsewhere. A torch already in the venv is kept; set
+# TORCH_SPEC to install another (e.g. TORCH_SPEC="torch==2.8.0").
+if [ -n "${TORCH_SPEC:-}" ] || ! .venv/bin/python -c "import torch" 2>/dev/null; then
+  .venv/bin/pip install -q --disable-pip-version-check "${TORCH_SPEC:-torch==2.13.0}"
+fi
+.venv/bin/pip install -q --disable-pip-version-check -e ".[hf,test]"
