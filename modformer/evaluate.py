@@ -20,9 +20,9 @@ def autocast(device: torch.device, precision: str):
 @torch.no_grad()
 def evaluate(model: nn.Module, task: Task, *, batch_size: int = 1000, precision: str = "fp32",
              data: Batch | None = None) -> dict:
-    """Held-out metrics: `accuracy` (every scored token of an example right), `token_accuracy`,
-    `loss` (mean cross-entropy per scored token), `examples`, and `slices`:
-    {slice name: {slice value: {"accuracy", "examples"}}}."""
+    """Held-out metrics: the task's `summarize` (by default `accuracy`, every scored token of
+    an example right; `token_accuracy`; `loss`, mean cross-entropy per scored token), plus
+    `examples` and `slices`: {slice name: {slice value: {"accuracy", "examples"}}}."""
     data = task.test_set() if data is None else data
     device = next(model.parameters()).device
     was_training = model.training
@@ -45,9 +45,7 @@ def evaluate(model: nn.Module, task: Task, *, batch_size: int = 1000, precision:
         model.train(was_training)
     n = len(data)
     return {
-        "accuracy": float(totals["correct"] / n),
-        "token_accuracy": float(totals["tokens_correct"] / totals["tokens"]),
-        "loss": float(totals["loss_sum"] / totals["tokens"]),
+        **{k: float(v) for k, v in task.summarize({k: float(v) for k, v in totals.items()}, n).items()},
         "examples": n,
         "slices": {
             name: {str(v): {"accuracy": c / t, "examples": int(t)} for v, (c, t) in sorted(values.items())}

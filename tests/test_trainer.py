@@ -97,3 +97,12 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tiny_config, t
     found = list_checkpoints(tmp_path / "r" / "checkpoints")
     assert [s for s, _ in found] == [4]
     assert all(torch.isfinite(t).all() for t in read_checkpoint(found[0][1]).model.values())
+
+
+def test_bf16_autocast_trains(tiny_config, tmp_path):
+    cfg = tiny_config("train.precision=bf16", "train.steps=30", "train.eval_every=30", "train.log_every=10")
+    run(cfg, tmp_path / "r")
+    losses = [r["loss"] for r in read_records(tmp_path / "r" / "metrics.jsonl") if r["kind"] == "train"]
+    assert all(map(lambda x: x == x, losses)) and losses[-1] < losses[0]
+    state = final_state(tmp_path / "r")
+    assert all(t.dtype == torch.float32 for t in state.model.values())  # weights stay fp32

@@ -114,3 +114,12 @@ class Task:
             "tokens": scored.sum(1).float(),
             "loss_sum": ce.sum(1),
         }
+
+    def summarize(self, totals: dict[str, float], examples: int) -> dict[str, float]:
+        """Dataset metrics from the sums of `score`'s statistics. A task that adds statistics
+        to `score` adds their metrics here."""
+        return {
+            "accuracy": totals["correct"] / examples,
+            "token_accuracy": totals["tokens_correct"] / max(totals["tokens"], 1.0),
+            "loss": totals["loss_sum"] / max(totals["tokens"], 1.0),
+        }

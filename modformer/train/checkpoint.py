@@ -44,6 +44,9 @@ def atomic_write(path: Path, write) -> None:
         write(tmp)
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # some writers create private temp files
         os.replace(tmp, path)
     finally:
         if tmp.exists():
