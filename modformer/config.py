@@ -14,10 +14,11 @@ from typing import Any, Sequence
 import yaml
 
 from . import tasks as _tasks  # noqa: F401  (registers the tasks)
+from . import variants as _variants  # noqa: F401  (registers the variants and parts)
 from .configtools import apply_override, from_dict, option, to_dict
 from .errors import ConfigError
 from .model.config import ModelConfig
-from .registry import TASKS
+from .registry import FFNS, MIXERS, TASKS, VARIANTS
 from .tasks.base import TaskConfig
 from .train.config import TrainConfig
 
@@ -36,7 +37,8 @@ class RunConfig:
 
 
 def config_from_dict(data: dict[str, Any] | None) -> RunConfig:
-    """Strictly build a `RunConfig` from plain data; resolves the model's vocabulary from the task."""
+    """Strictly build a `RunConfig` from plain data; the model's vocabulary and sequence
+    length, when null, are resolved from the task."""
     data = copy.deepcopy(data) if data else {}
     if not isinstance(data, dict):
         raise ConfigError(f"a config must be a mapping with sections model, task, train; got {type(data).__name__}")
@@ -52,13 +54,16 @@ def config_from_dict(data: dict[str, Any] | None) -> RunConfig:
         if key not in known:
             raise ConfigError(f"unknown config key '{key}' (known sections: model, task, train)")
     model = from_dict(ModelConfig, data.get("model"), "model")
+    VARIANTS[model.variant], MIXERS[model.mixer], FFNS[model.ffn]  # unknown names fail here, naming their key
     train = from_dict(TrainConfig, data.get("train"), "train")
     task = TASKS[name](task_cfg)
     if model.vocab_size is None:
         model = replace(model, vocab_size=task.vocab_size)
     elif model.vocab_size < task.vocab_size:
         raise ConfigError(f"model.vocab_size={model.vocab_size} is smaller than the task's vocabulary ({task.vocab_size})")
-    if task.seq_len > model.max_seq_len:
+    if model.max_seq_len is None:
+        model = replace(model, max_seq_len=task.seq_len)
+    elif task.seq_len > model.max_seq_len:
         raise ConfigError(f"model.max_seq_len={model.max_seq_len} is shorter than the task's sequences ({task.seq_len})")
     return RunConfig(model=model, task=task_cfg, train=train)
 

@@ -37,6 +37,9 @@ def test_round_trip_through_yaml(tmp_path):
     ("model.max_seq_len=8", "model.max_seq_len"),
     ("train.precision=fp16", "train.precision"),
     ("task.name=nonesuch", "task.name"),
+    ("model.variant=nonesuch", "model.variant"),
+    ("model.mixer=nonesuch", "model.mixer"),
+    ("model.ffn=nonesuch", "model.ffn"),
     ("task.n_pairs=200", "task.n_pairs"),
     ("train.steps", "train.steps"),
 ])

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from modformer import build_model, capture
-from modformer.model.config import ModelConfig
+from modformer.model.config import MixingConfig, ModelConfig
 from modformer.model.hooks import hook_names
 from modformer.registry import FFNS, MIXERS, VARIANTS
 
@@ -13,17 +13,17 @@ def small(**kw):
     return ModelConfig(**{"vocab_size": 50, "d_model": 32, "n_layers": 2, "n_heads": 4, "max_seq_len": 64, **kw})
 
 
-@pytest.mark.parametrize("variant", VARIANTS.names())
-@pytest.mark.parametrize("mixer", MIXERS.names())
-@pytest.mark.parametrize("ffn", FFNS.names())
-def test_every_registered_name_builds_and_runs(variant, mixer, ffn):
-    model = build_model(small(variant=variant, mixer=mixer, ffn=ffn), seed=0)
+@pytest.mark.parametrize("kw", [{"variant": v} for v in VARIANTS.names()] + [{"mixer": m} for m in MIXERS.names()]
+                         + [{"ffn": f} for f in FFNS.names()])
+def test_every_registered_name_builds_and_runs(kw):
+    model = build_model(small(**kw), seed=0)
     logits = model(torch.randint(0, 50, (2, 10)))
     assert logits.shape == (2, 10, 50) and torch.isfinite(logits).all()
 
 
 @pytest.mark.parametrize("kw", [{}, {"learned_positions": True, "rope": False}, {"n_kv_heads": 2},
-                                {"attn_bias": True, "ffn_bias": True, "ffn": "relu"}])
+                                {"attn_bias": True, "ffn_bias": True, "ffn": "relu"}, {"variant": "mixit"},
+                                {"variant": "mixit", "mixing": MixingConfig(sink_head=True)}])
 def test_causal(kw):
     """Changing future tokens leaves the logits of earlier positions unchanged."""
     model = build_model(small(**kw), seed=1)

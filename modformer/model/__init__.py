@@ -1,6 +1,6 @@
 """Model parts; importing this package registers the mixers and feed-forward modules."""
 
-from . import attention, feedforward  # noqa: F401
+from . import attention, feedforward, mixing  # noqa: F401
 from .block import Block
 from .config import ModelConfig
 from .transformer import Transformer

@@ -9,6 +9,22 @@ from ..errors import ConfigError
 
 
 @dataclass
+class MixingConfig:
+    """Options of the `mixing` mixer (MixiT): a fixed random mixing matrix per layer and head."""
+
+    scale: float = option(1.0, "c in A = tril(I + c (N - drift)): how far the mixing departs from the identity")
+    sigma_range: tuple[float, float] | None = option(
+        None, "range of each head's noise std sigma_h (drawn uniformly); null: [1/sqrt(T d_h), 1/sqrt(T)]")
+    sink_head: bool = option(False, "overwrite head 0 with the reference's sink pattern (0.5 on token 0, 0.5 on itself)")
+    causal: bool = option(True, "causal (lower-triangular) mixing; false: bidirectional, rows still sum to 1")
+
+    def __post_init__(self) -> None:
+        if self.sigma_range is not None and not 0 <= self.sigma_range[0] <= self.sigma_range[1]:
+            raise ConfigError(f"model.mixing.sigma_range must be [low, high] with 0 <= low <= high, "
+                              f"got {list(self.sigma_range)}")
+
+
+@dataclass
 class ModelConfig:
     variant: str = option("standard", "registered variant: a builder plus a freeze specification (`modformer list`)")
     mixer: str = option("attention", "sequence mixer of every block, by registered name")
@@ -19,25 +35,27 @@ class ModelConfig:
     n_heads: int = option(4, "attention heads; must divide d_model")
     n_kv_heads: int | None = option(None, "key/value heads for grouped-query attention; null means n_heads")
     d_ff: int | None = option(None, "feed-forward hidden width; null means 4 * d_model")
-    max_seq_len: int = option(2048, "longest sequence the positional tables cover")
+    max_seq_len: int | None = option(None, "longest sequence (positional tables, mixing matrices); null: the task's")
     rope: bool = option(True, "rotary position embedding in attention")
     rope_theta: float = option(10000.0, "RoPE base frequency")
     learned_positions: bool = option(False, "add learned absolute position embeddings to the input")
     attn_bias: bool = option(False, "biases on the Q, K, V and output projections")
     ffn_bias: bool = option(False, "biases on the feed-forward projections")
     norm_eps: float = option(1e-5, "RMSNorm epsilon")
+    residual_scale: float = option(1.0, "factor on each residual branch (the MixiT reference uses sqrt(0.5) = 0.7071)")
     tie_embeddings: bool = option(False, "share the token embedding with the output head")
     init_std: float = option(0.02, "std of the normal init of linear and embedding weights")
+    mixing: MixingConfig = option(default_factory=MixingConfig, help="options of the mixing (MixiT) mixer")
     freeze: list[str] = option(
         default_factory=list,
         help="extra parameter-name glob patterns to freeze, on top of the variant's (e.g. 'blocks.0.*')",
     )
 
     def __post_init__(self) -> None:
-        for key in ("d_model", "n_layers", "n_heads", "max_seq_len"):
+        for key in ("d_model", "n_layers", "n_heads"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"model.{key} must be positive, got {getattr(self, key)}")
-        for key in ("vocab_size", "n_kv_heads", "d_ff"):
+        for key in ("vocab_size", "n_kv_heads", "d_ff", "max_seq_len"):
             value = getattr(self, key)
             if value is not None and value < 1:
                 raise ConfigError(f"model.{key} must be positive or null, got {value}")
@@ -47,8 +65,9 @@ class ModelConfig:
             raise ConfigError(f"model.rope needs an even head width, got d_model/n_heads={self.head_dim}")
         if self.n_heads % self.kv_heads:
             raise ConfigError(f"model.n_kv_heads={self.n_kv_heads} does not divide model.n_heads={self.n_heads}")
-        if self.rope_theta <= 0 or self.norm_eps <= 0 or self.init_std <= 0:
-            raise ConfigError("model.rope_theta, model.norm_eps and model.init_std must be positive")
+        for key in ("rope_theta", "norm_eps", "init_std", "residual_scale"):
+            if getattr(self, key) <= 0:
+                raise ConfigError(f"model.{key} must be positive, got {getattr(self, key)}")
 
     @property
     def head_dim(self) -> int:

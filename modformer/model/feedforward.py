@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -45,3 +47,28 @@ def build_swiglu(cfg: ModelConfig) -> SwiGLU:
 @FFNS.register("relu")
 def build_relu(cfg: ModelConfig) -> ReLUFFN:
     return ReLUFFN(cfg.d_model, cfg.ffn_dim, bias=cfg.ffn_bias)
+
+
+class ShapedLeakyReLUFFN(nn.Module):
+    """down(gain * leaky_relu(up(x), slope)): the MixiT reference's MLP.
+
+    The slope 1 - 1/sqrt(d_model) keeps the activation close to linear as width grows (the
+    "shaped" regime), and gain = sqrt(2 / (1 + slope^2)) keeps the variance of a unit
+    Gaussian input, as a ReLU's sqrt(2) gain does.
+    """
+
+    def __init__(self, d_model: int, d_ff: int, bias: bool = False):
+        super().__init__()
+        self.up_proj = nn.Linear(d_model, d_ff, bias=bias)
+        self.down_proj = nn.Linear(d_ff, d_model, bias=bias)
+        self.slope = 1.0 - 1.0 / math.sqrt(d_model)
+        self.gain = math.sqrt(2.0 / (1.0 + self.slope ** 2))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x: (..., d_model) -> (..., d_model)."""
+        return self.down_proj(self.gain * F.leaky_relu(self.up_proj(x), self.slope))
+
+
+@FFNS.register("shaped_leaky_relu")
+def build_shaped_leaky_relu(cfg: ModelConfig) -> ShapedLeakyReLUFFN:
+    return ShapedLeakyReLUFFN(cfg.d_model, cfg.ffn_dim, bias=cfg.ffn_bias)

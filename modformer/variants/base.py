@@ -23,8 +23,8 @@ class Variant:
 
 def build_model(cfg: ModelConfig, seed: int) -> Transformer:
     """Build, initialise (deterministically from `seed`) and freeze the configured variant."""
-    if cfg.vocab_size is None:
-        raise ValueError("model.vocab_size must be resolved (from the task) before building")
+    if cfg.vocab_size is None or cfg.max_seq_len is None:
+        raise ValueError("model.vocab_size and model.max_seq_len must be resolved (from the task) before building")
     variant = VARIANTS[cfg.variant]
     model = variant.build(cfg)
     init_weights(model, cfg.init_std, torch.Generator().manual_seed(seed))

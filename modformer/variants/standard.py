@@ -9,10 +9,12 @@ from ..registry import FFNS, MIXERS, VARIANTS
 from .base import Variant
 
 
-def build_decoder(cfg: ModelConfig) -> Transformer:
-    """Blocks of the configured mixer and feed-forward module, pre-norm, RMSNorm."""
+def build_decoder(cfg: ModelConfig, *, mixer: str | None = None, ffn: str | None = None) -> Transformer:
+    """Blocks of the given (default: configured) mixer and feed-forward module, pre-norm RMSNorm."""
+    mixer_factory, ffn_factory = MIXERS[mixer or cfg.mixer], FFNS[ffn or cfg.ffn]
     blocks = [
-        Block(cfg.d_model, MIXERS[cfg.mixer](cfg), FFNS[cfg.ffn](cfg), norm_eps=cfg.norm_eps)
+        Block(cfg.d_model, mixer_factory(cfg), ffn_factory(cfg), norm_eps=cfg.norm_eps,
+              residual_scale=cfg.residual_scale)
         for _ in range(cfg.n_layers)
     ]
     return Transformer(

@@ -1,0 +1,92 @@
+"""MixiT's mixer: a fixed, input-independent random mixing matrix in place of attention.
+
+Per layer and head h, with sequence length T and head width d_h (arXiv 2506.01115):
+
+    sigma_h ~ U[1/sqrt(T d_h), 1/sqrt(T)]
+    N       ~ Normal(0, sigma_h^2), T x T, lower triangle kept (causal)
+    drift_i = (sum_j N_ij) / (i + 1)          # bidirectional: / T
+    A       = tril(I + c (N - drift))         # bidirectional: no tril
+
+so every row of A sums to exactly 1. The output is A V, then the output projection; there
+are no Q or K projections, scores or softmax. A is a persistent buffer: checkpoints carry
+it, and a loaded model mixes exactly as the saved one (the reference code redraws it from
+the RNG and does not save it).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from ..registry import MIXERS
+from .config import MixingConfig, ModelConfig
+from .hooks import HookPoint
+
+
+def mixing_matrices(n_heads: int, T: int, head_dim: int, cfg: MixingConfig,
+                    generator: torch.Generator) -> torch.Tensor:
+    """Draw A, (n_heads, T, T) float32, in float64 so row sums are 1 to rounding."""
+    low, high = cfg.sigma_range or (1.0 / math.sqrt(T * head_dim), 1.0 / math.sqrt(T))
+    sigma = low + (high - low) * torch.rand(n_heads, 1, 1, generator=generator, dtype=torch.float64)
+    noise = torch.randn(n_heads, T, T, generator=generator, dtype=torch.float64) * sigma
+    eye = torch.eye(T, dtype=torch.float64)
+    if cfg.causal:
+        noise = noise.tril()
+        drift = noise.sum(-1, keepdim=True) / torch.arange(1, T + 1, dtype=torch.float64).view(T, 1)
+        mix = (eye + cfg.scale * (noise - drift)).tril()
+    else:
+        drift = noise.sum(-1, keepdim=True) / T  # the reference divides by i+1 here, so rows do not sum to 1
+        mix = eye + cfg.scale * (noise - drift)
+    if cfg.sink_head:
+        sink = torch.zeros(T, T, dtype=torch.float64)
+        sink[:, 0] += 0.5
+        sink += 0.5 * eye
+        mix[0] = sink
+    return mix.float()
+
+
+class MixingMixer(nn.Module):
+    """y = o_proj(A v_proj(x)) with A fixed (a buffer, never trained).
+
+    Causal A may mix shorter sequences than it was drawn for: its top-left block still has
+    rows summing to 1. Bidirectional A only fits sequences of exactly its length.
+    Hook point `pattern`: A broadcast to (B, H, T, T), the same shape as attention weights.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, max_seq_len: int, cfg: MixingConfig, *, bias: bool = False):
+        super().__init__()
+        self.n_heads = n_heads
+        self.head_dim = d_model // n_heads
+        self.cfg = cfg
+        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.o_proj = nn.Linear(d_model, d_model, bias=bias)
+        # Drawn by `init_parameters` from the model's seed; zeros until then.
+        self.register_buffer("mixing", torch.zeros(n_heads, max_seq_len, max_seq_len))
+        self.pattern = HookPoint()
+
+    def init_parameters(self, std: float, generator: torch.Generator) -> None:
+        with torch.no_grad():
+            for proj in (self.v_proj, self.o_proj):
+                proj.weight.normal_(0.0, std, generator=generator)
+                if proj.bias is not None:
+                    proj.bias.zero_()
+            T = self.mixing.shape[-1]
+            self.mixing.copy_(mixing_matrices(self.n_heads, T, self.head_dim, self.cfg, generator))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x: (B, T, d_model) -> (B, T, d_model)."""
+        B, T, _ = x.shape
+        if not self.cfg.causal and T != self.mixing.shape[-1]:
+            raise ValueError(f"bidirectional mixing was drawn for length {self.mixing.shape[-1]}, got {T}")
+        mix = self.mixing[:, :T, :T].to(x.dtype)  # (H, T, T)
+        if self.pattern.active:
+            mix = self.pattern(mix.expand(B, -1, -1, -1))
+        v = self.v_proj(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, hd)
+        return self.o_proj((mix @ v).transpose(1, 2).reshape(B, T, -1))
+
+
+@MIXERS.register("mixing")
+def build_mixing(cfg: ModelConfig) -> MixingMixer:
+    return MixingMixer(cfg.d_model, cfg.n_heads, cfg.max_seq_len, cfg.mixing, bias=cfg.attn_bias)

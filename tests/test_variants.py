@@ -1,0 +1,114 @@
+"""The random-attention paper's variants: exact trainable sets, frozen parts stay put, MixiT's matrix."""
+
+import math
+
+import pytest
+import torch
+
+from modformer import build_model, capture
+from modformer.freeze import trainable_names
+from modformer.model.config import MixingConfig, ModelConfig
+from modformer.model.mixing import mixing_matrices
+from modformer.train.checkpoint import read_checkpoint, save_checkpoint, load_model_state
+from modformer.train.config import TrainConfig
+from modformer.train.optim import build_optimizer
+
+
+def small(**kw):
+    return ModelConfig(**{"vocab_size": 40, "d_model": 32, "n_layers": 2, "n_heads": 4, "max_seq_len": 16,
+                          "attn_bias": True, **kw})
+
+
+def layer_params(i, *names):
+    return [f"blocks.{i}.{n}" for n in names]
+
+
+BODY = ["mixer_norm.weight", "ffn_norm.weight"]
+FFN = ["ffn.gate_proj.weight", "ffn.up_proj.weight", "ffn.down_proj.weight"]
+VO = ["mixer.v_proj.weight", "mixer.v_proj.bias", "mixer.o_proj.weight", "mixer.o_proj.bias"]
+QK = ["mixer.q_proj.weight", "mixer.q_proj.bias", "mixer.k_proj.weight", "mixer.k_proj.bias"]
+OUTER = ["embed.weight", "norm.weight", "lm_head.weight"]
+
+EXPECTED_TRAINABLE = {
+    "standard": OUTER + [p for i in range(2) for p in layer_params(i, *BODY, *QK, *VO, *FFN)],
+    "frozen_qk": OUTER + [p for i in range(2) for p in layer_params(i, *BODY, *VO, *FFN)],
+    "frozen_mlp": OUTER + [p for i in range(2) for p in layer_params(i, *BODY, *QK, *VO)],
+    "mixit": OUTER + [p for i in range(2) for p in layer_params(i, *BODY, *VO, *FFN)],
+    "random_transformer": ["embed.weight", "lm_head.weight"],
+}
+
+
+@pytest.mark.parametrize("variant", sorted(EXPECTED_TRAINABLE))
+def test_exact_trainable_set(variant):
+    model = build_model(small(variant=variant), seed=0)
+    assert sorted(trainable_names(model)) == sorted(EXPECTED_TRAINABLE[variant])
+
+
+@pytest.mark.parametrize("variant", sorted(EXPECTED_TRAINABLE))
+def test_fixed_parts_unchanged_after_training_steps(variant):
+    model = build_model(small(variant=variant), seed=0)
+    fixed = {k: v.clone() for k, v in model.state_dict().items()
+             if k not in EXPECTED_TRAINABLE[variant]}
+    optimizer = build_optimizer(model, TrainConfig(lr=0.05, weight_decay=0.5))
+    for _ in range(3):
+        model(torch.randint(0, 40, (4, 16))).logsumexp(-1).mean().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    state = model.state_dict()
+    for name, before in fixed.items():
+        assert torch.equal(state[name], before), name
+    assert all(not torch.equal(state[n], build_model(small(variant=variant), seed=0).state_dict()[n])
+               for n in EXPECTED_TRAINABLE[variant])
+
+
+@pytest.mark.parametrize("cfg", [MixingConfig(), MixingConfig(scale=3.0), MixingConfig(sink_head=True),
+                                 MixingConfig(causal=False), MixingConfig(sigma_range=(0.5, 0.5))])
+def test_mixing_rows_sum_to_one(cfg):
+    mix = mixing_matrices(8, 64, 16, cfg, torch.Generator().manual_seed(0)).double()
+    torch.testing.assert_close(mix.sum(-1), torch.ones(8, 64, dtype=torch.float64), atol=1e-6, rtol=0)
+    if cfg.causal:
+        assert torch.all(mix.triu(1) == 0)
+        # A causal prefix is itself a valid mixing matrix: what shorter sequences use.
+        torch.testing.assert_close(mix[:, :10, :10].sum(-1), torch.ones(8, 10, dtype=torch.float64),
+                                   atol=1e-6, rtol=0)
+    else:
+        assert (mix.triu(1) != 0).any()
+    if cfg.sink_head:
+        assert mix[0, 5, 0] == 0.5 and mix[0, 5, 5] == 0.5 and mix[0, 0, 0] == 1.0
+
+
+def test_mixing_noise_scale_per_head_lies_in_the_sigma_range():
+    T, hd = 256, 16
+    mix = mixing_matrices(16, T, hd, MixingConfig(), torch.Generator().manual_seed(1)).double()
+    # Below the diagonal A_ij = N_ij - drift_i; the drift is small next to the spread of N.
+    below = torch.ones(T, T, dtype=torch.bool).tril(-1)
+    stds = torch.stack([(m - m.diagonal().diag())[below].std() for m in mix])
+    assert torch.all(stds > 0.9 / math.sqrt(T * hd)) and torch.all(stds < 1.1 / math.sqrt(T))
+    assert stds.max() / stds.min() > 1.5  # heads draw their own sigma
+
+
+def test_mixit_has_no_queries_or_keys_and_its_matrix_is_captured():
+    model = build_model(small(variant="mixit"), seed=0)
+    assert not any("q_proj" in n or "k_proj" in n for n, _ in model.named_parameters())
+    with capture(model, "blocks.*.mixer.pattern") as acts:
+        model(torch.randint(0, 40, (3, 10)))
+    assert acts["blocks.1.mixer.pattern"].shape == (3, 4, 10, 10)
+    assert torch.equal(acts["blocks.1.mixer.pattern"][0], model.blocks[1].mixer.mixing[:, :10, :10])
+
+
+def test_mixing_matrix_travels_in_checkpoints(tmp_path):
+    cfg = small(variant="mixit")
+    model = build_model(cfg, seed=0)
+    other = build_model(cfg, seed=1)
+    assert not torch.equal(model.blocks[0].mixer.mixing, other.blocks[0].mixer.mixing)
+    save_checkpoint(tmp_path / "m.safetensors", 0, model, None, {"config": {}})
+    load_model_state(other, read_checkpoint(tmp_path / "m.safetensors").model, "m")
+    tokens = torch.randint(0, 40, (2, 16))
+    assert torch.equal(model(tokens), other(tokens))
+
+
+def test_bidirectional_mixing_refuses_other_lengths():
+    model = build_model(small(variant="mixit", mixing=MixingConfig(causal=False)), seed=0)
+    model(torch.randint(0, 40, (2, 16)))
+    with pytest.raises(ValueError, match="length 16"):
+        model(torch.randint(0, 40, (2, 10)))
