@@ -35,7 +35,7 @@ def trained(tmp_path_factory):
     out = tmp_path_factory.mktemp("cli") / "run"
     result = modformer("train", "configs/retrieval.yaml", "--out", out, *TINY)
     assert result.returncode == 0, result.stderr
-    assert "held-out metric" in result.stdout and "n_pairs" in result.stdout
+    assert "test metric" in result.stdout and "n_pairs" in result.stdout
     return out
 
 

@@ -59,3 +59,13 @@ def test_test_set_is_fixed_by_its_seed():
     b = Retrieval(RetrievalConfig(n_pairs=8, test_size=500)).test_set()
     c = Retrieval(RetrievalConfig(n_pairs=8, test_size=500, test_seed=9)).test_set()
     assert torch.equal(a.inputs, b.inputs) and not torch.equal(a.inputs, c.inputs)
+
+
+def test_validation_and_test_sets_are_disjoint_and_never_trained_on():
+    task = Retrieval(RetrievalConfig(n_pairs=2, test_size=1500, validation_size=1500))
+    test = {tuple(r) for r in task.test_set().inputs.tolist()}
+    validation = {tuple(r) for r in task.validation_set().inputs.tolist()}
+    assert validation and test and not (validation & test)
+    for step in range(20):
+        for row in task.train_batch(3, step, 256).inputs.tolist():
+            assert tuple(row) not in test and tuple(row) not in validation

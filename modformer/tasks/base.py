@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from ..configtools import option
+from ..errors import ConfigError
 
 IGNORE = -100  # target value at positions that carry no loss
 
@@ -16,8 +17,15 @@ IGNORE = -100  # target value at positions that carry no loss
 @dataclass
 class TaskConfig:
     name: str = option("condattend", "registered task (`modformer list` shows them)")
-    test_size: int = option(4000, "examples in the fixed held-out test set")
-    test_seed: int = option(1234, "seed of the held-out set; fixed so every run is scored on the same examples")
+    test_size: int = option(4000, "examples in the fixed held-out test set (scored once, at the end)")
+    validation_size: int = option(1000, "examples in the validation set: scored during training and used by "
+                                        "sweeps to choose settings; disjoint from the test set")
+    test_seed: int = option(1234, "seed of the held-out sets; fixed so every run is scored on the same examples")
+
+    def __post_init__(self) -> None:
+        for key in ("test_size", "validation_size"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"task.{key} must be positive, got {getattr(self, key)}")
 
 
 @dataclass
@@ -40,8 +48,9 @@ class Batch:
 
 class Task:
     """Base class. A subclass sets `Config`, `vocab_size` and `seq_len`, and implements
-    `sample(rng, count)`; it gets a training stream that is a pure function of
-    (config, seed, step) and never emits a held-out example."""
+    `sample(rng, count)`; it gets a validation set and a test set, disjoint and fixed by
+    `test_seed`, and a training stream that is a pure function of (config, seed, step) and
+    never emits a held-out example."""
 
     Config: type[TaskConfig] = TaskConfig
     vocab_size: int
@@ -49,8 +58,8 @@ class Task:
 
     def __init__(self, cfg: TaskConfig):
         self.cfg = cfg
-        self._test: Batch | None = None
-        self._test_keys: set[bytes] | None = None
+        self._held_out: dict[str, Batch] | None = None
+        self._held_out_keys: set[bytes] = set()
 
     def sample(self, rng: np.random.Generator, count: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Draw `count` full sequences (count, seq_len + 1) and their slice values."""
@@ -67,28 +76,42 @@ class Task:
     def target_mask(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return torch.ones_like(targets, dtype=torch.bool)
 
+    def _draw_held_out(self) -> dict[str, Batch]:
+        if self._held_out is None:
+            sets = {}
+            for split, size, stream in (("test", self.cfg.test_size, 0x7E57),
+                                        ("validation", self.cfg.validation_size, 0x7A11)):
+                seqs, slices = self.sample(np.random.default_rng([self.cfg.test_seed, stream]), size)
+                _, first = np.unique(seqs, axis=0, return_index=True)
+                keep = [i for i in np.sort(first) if seqs[i].tobytes() not in self._held_out_keys]
+                self._held_out_keys.update(seqs[i].tobytes() for i in keep)
+                sets[split] = self.to_batch(seqs[keep], {k: v[keep] for k, v in slices.items()})
+            self._held_out = sets
+        return self._held_out
+
     def test_set(self) -> Batch:
-        """The fixed held-out set, drawn from `test_seed` (duplicates removed)."""
-        if self._test is None:
-            rng = np.random.default_rng([self.cfg.test_seed, 0x7E57])
-            seqs, slices = self.sample(rng, self.cfg.test_size)
-            _, first = np.unique(seqs, axis=0, return_index=True)
-            keep = np.sort(first)
-            self._test_keys = {row.tobytes() for row in seqs[keep]}
-            self._test = self.to_batch(seqs[keep], {k: v[keep] for k, v in slices.items()})
-        return self._test
+        """The fixed held-out test set, drawn from `test_seed` (duplicates removed)."""
+        return self._draw_held_out()["test"]
+
+    def validation_set(self) -> Batch:
+        """The fixed validation set: drawn like the test set, with none of its examples."""
+        return self._draw_held_out()["validation"]
+
+    def is_held_out(self, seqs: np.ndarray) -> np.ndarray:
+        """(count,) bool: which full sequences belong to the validation or test set."""
+        self._draw_held_out()
+        return np.array([row.tobytes() in self._held_out_keys for row in seqs], dtype=bool)
 
     def train_batch(self, seed: int, step: int, batch_size: int) -> Batch:
         """Training batch `step` of the stream seeded by `seed`: depends on nothing else,
         so a resumed run sees exactly the batches an uninterrupted one would."""
-        self.test_set()
         rng = np.random.default_rng([seed, step])
         rows: list[np.ndarray] = []
         slice_rows: dict[str, list[np.ndarray]] = {}
         have = 0
         while have < batch_size:
             seqs, slices = self.sample(rng, batch_size - have)
-            fresh = np.array([row.tobytes() not in self._test_keys for row in seqs], dtype=bool)
+            fresh = ~self.is_held_out(seqs)
             rows.append(seqs[fresh])
             for k, v in slices.items():
                 slice_rows.setdefault(k, []).append(v[fresh])

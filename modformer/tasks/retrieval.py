@@ -37,6 +37,7 @@ class RetrievalConfig(TaskConfig):
     vocab_size: int = option(512, "vocabulary; keys and queries live in its upper half")
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.n_pairs < 1:
             raise ConfigError(f"task.n_pairs must be positive, got {self.n_pairs}")
         if self.vocab_size % 2 or 2 * self.n_pairs > self.vocab_size // 2:

@@ -13,18 +13,18 @@ from .records import read_records  # noqa: E402
 
 
 def plot_training_curves(metrics_path: Path, png_path: Path, title: str = "") -> None:
-    """Training loss, held-out loss and held-out accuracy against step."""
+    """Training loss, validation loss and validation accuracy against step."""
     records = list(read_records(metrics_path))
     train = [r for r in records if r.get("kind") == "train"]
-    evals = [r for r in records if r.get("kind") == "eval"]
+    evals = [r for r in records if r.get("kind") == "eval" and r.get("split") == "validation"]
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(10, 4))
     if train:
         ax_loss.plot([r["step"] for r in train], [r["loss"] for r in train], label="train")
     if evals:
-        ax_loss.plot([r["step"] for r in evals], [r["loss"] for r in evals], "o-", label="held-out")
-        ax_acc.plot([r["step"] for r in evals], [r["accuracy"] for r in evals], "o-", label="held-out")
+        ax_loss.plot([r["step"] for r in evals], [r["loss"] for r in evals], "o-", label="validation")
+        ax_acc.plot([r["step"] for r in evals], [r["accuracy"] for r in evals], "o-", label="validation")
     ax_loss.set(xlabel="step", ylabel="cross-entropy", yscale="log", title="loss")
-    ax_acc.set(xlabel="step", ylabel="accuracy", ylim=(0, 1.02), title="held-out accuracy")
+    ax_acc.set(xlabel="step", ylabel="accuracy", ylim=(0, 1.02), title="validation accuracy")
     for ax in (ax_loss, ax_acc):
         ax.grid(alpha=0.3)
         ax.legend()

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from .checkpoint import atomic_write_text
 
 
 class MetricsLog:
-    """Append-only JSON lines. `truncate_after(step)` drops records a killed run wrote after
-    its last checkpoint, so that a resumed run's file equals an uninterrupted run's."""
+    """Append-only JSON lines. On resume, `keep` drops records a killed run wrote after its
+    last checkpoint, so that a resumed run's file equals an uninterrupted run's."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
@@ -24,9 +24,10 @@ class MetricsLog:
     def records(self) -> list[dict[str, Any]]:
         return list(read_records(self.path))
 
-    def truncate_after(self, step: int) -> None:
+    def keep(self, predicate: Callable[[dict[str, Any]], bool]) -> None:
+        """Rewrite the file (atomically) with only the records that satisfy `predicate`."""
         if self.path.exists():
-            kept = [r for r in read_records(self.path) if r.get("step", 0) <= step]
+            kept = [r for r in read_records(self.path) if predicate(r)]
             atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in kept))
 
 

@@ -164,7 +164,9 @@ class Trainer:
         load_optimizer_tensors(self.optimizer, names, ckpt.optimizer)
         restore_rng(ckpt.rng)
         self.window_loss, self.window_steps = ckpt.meta.get("loss_window", [0.0, 0])
-        self.metrics.truncate_after(step)
+        # Drop what a killed run logged after this checkpoint, and a finished run's test
+        # score, which is recomputed at the end.
+        self.metrics.keep(lambda r: r.get("step", 0) <= step and r.get("split") != "test")
         self.echo(f"resumed {self.run_dir} from step {step}")
         return step
 
@@ -183,7 +185,7 @@ class Trainer:
         start = self._restore() if self.resume else 0
         if start > tc.steps:
             raise ModformerError(f"{self.run_dir} is already at step {start}, past train.steps={tc.steps}")
-        self.task.test_set()  # drawn before timing starts
+        self.task.test_set()  # the held-out sets are drawn before timing starts
         params = [p for p in self.model.parameters() if p.requires_grad]
         last_eval: dict[str, Any] | None = None
         window_tokens, window_start = 0, time.perf_counter()
@@ -223,8 +225,8 @@ class Trainer:
                     self.window_loss, self.window_steps = 0.0, 0
                     window_tokens, window_start = 0, time.perf_counter()
                 if done % tc.eval_every == 0 or done == tc.steps:
-                    last_eval = evaluate(self.model, self.task, batch_size=tc.eval_batch_size, precision=tc.precision)
-                    self.metrics.append({"kind": "eval", "step": done, **last_eval})
+                    last_eval = self._evaluate("validation")
+                    self.metrics.append({"kind": "eval", "split": "validation", "step": done, **last_eval})
                 if (tc.checkpoint_every and done % tc.checkpoint_every == 0) or done == tc.steps:
                     self._save(done)
                 bar.update(1)
@@ -241,7 +243,9 @@ class Trainer:
                                       f"modformer train {self.run_dir / 'config.yaml'} --out {self.run_dir} --resume")
         bar.close()
         if last_eval is None or start == tc.steps:
-            last_eval = evaluate(self.model, self.task, batch_size=tc.eval_batch_size, precision=tc.precision)
+            last_eval = self._evaluate("validation")
+        test = self._evaluate("test")
+        self.metrics.append({"kind": "eval", "split": "test", "step": tc.steps, **test})
         summary = {
             "step": tc.steps,
             "variant": cfg.model.variant,
@@ -249,12 +253,18 @@ class Trainer:
             "seed": tc.seed,
             "parameters": self.model.parameter_counts(),
             "tokens_per_s": tokens_per_s,
-            "test": last_eval,
+            "validation": last_eval,
+            "test": test,
             "code_version": code_version(),
         }
         atomic_write_text(self.run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
         self._plot()
         return summary
+
+    def _evaluate(self, split: str) -> dict[str, Any]:
+        data = self.task.validation_set() if split == "validation" else self.task.test_set()
+        return evaluate(self.model, self.task, batch_size=self.cfg.train.eval_batch_size,
+                        precision=self.cfg.train.precision, data=data)
 
     def _plot(self) -> None:
         if self.metrics.path.exists():
