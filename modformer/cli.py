@@ -14,6 +14,9 @@ from .configtools import apply_override, describe
 from .errors import ModformerError
 from .evaluate import evaluate
 from .registry import FFNS, MIXERS, TASKS, VARIANTS
+from .sweep.report import write_report
+from .sweep.runner import SweepRunner
+from .sweep.spec import SweepConfig, load_sweep
 from .train.checkpoint import list_checkpoints, load_model_state, read_checkpoint
 from .train.trainer import Trainer
 from .variants import build_model
@@ -34,12 +37,18 @@ def _config_help() -> str:
     return "\n".join(lines)
 
 
+def _sweep_help() -> str:
+    rows = describe(SweepConfig, "sweep")
+    width = max(len(r[0]) for r in rows)
+    return "sweep keys:\n" + "\n".join(f"  {k:<{width}}  {t} [{tp}, default {d}]" for k, tp, d, t in rows)
+
+
 def format_results(summary: dict) -> str:
     """The result table printed at the end of `modformer train` and by `modformer eval`."""
     test = summary["test"]
     lines = [f"{summary['variant']} on {summary['task']} (seed {summary['seed']}, step {summary['step']}, "
              f"{summary['parameters']['trainable']:,} of {summary['parameters']['total']:,} parameters trained)",
-             "", f"  {'held-out metric':<24}{'value':>10}", f"  {'-' * 34}",
+             "", f"  {'test metric':<24}{'value':>10}", f"  {'-' * 34}",
              f"  {'accuracy':<24}{test['accuracy']:>10.4f}",
              f"  {'token accuracy':<24}{test['token_accuracy']:>10.4f}",
              f"  {'loss':<24}{test['loss']:>10.4f}",
@@ -84,6 +93,23 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sweep(args: argparse.Namespace) -> int:
+    sweep = load_sweep(args.config, args.overrides)
+    if args.workers is not None:
+        sweep.spec.workers = args.workers
+    out = Path(args.out) if args.out else Path("runs") / "sweeps" / Path(args.config).stem
+    SweepRunner(sweep, out).run()
+    path = write_report(out)
+    print(f"sweep finished: {out}\nreport: {path}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    path = write_report(Path(args.sweep_dir))
+    print(path.read_text() if args.print else f"report: {path}")
+    return 0
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     print("variants (model.variant):")
     for name in VARIANTS:
@@ -116,6 +142,23 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("overrides", nargs="*", metavar="key=value", help="e.g. task.test_size=10000")
     ev.add_argument("--json", action="store_true", help="print JSON instead of a table")
     ev.set_defaults(func=cmd_eval)
+
+    sw = sub.add_parser(
+        "sweep", help="train variants x grid x seeds, resumably, and write a report",
+        description="Train every variant at every grid point with every seed (the same grid for every variant), "
+                    "several runs at once. Run the same command again to continue a stopped sweep.",
+        epilog=_sweep_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    sw.add_argument("config", help="YAML run config plus a `sweep` section")
+    sw.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. sweep.seeds=[0,1,2]")
+    sw.add_argument("--out", help="sweep directory (default: runs/sweeps/<config name>)")
+    sw.add_argument("--workers", type=int, help="runs at once (overrides sweep.workers)")
+    sw.set_defaults(func=cmd_sweep)
+
+    rp = sub.add_parser("report", help="write a sweep's Markdown report and plots",
+                        description="Write report.md, slices.png and curves.png in a sweep directory.")
+    rp.add_argument("sweep_dir", help="a sweep directory")
+    rp.add_argument("--print", action="store_true", help="also print the report")
+    rp.set_defaults(func=cmd_report)
 
     ls = sub.add_parser("list", help="list the registered variants, parts and tasks")
     ls.set_defaults(func=cmd_list)

@@ -1,0 +1,179 @@
+"""The report of a sweep: Markdown tables and PNG plots, from the sweep directory's files only.
+
+Each variant's setting is chosen on the validation set (mean over seeds of `sweep.metric`),
+and the test set is then reported for that setting: the test set never chooses anything.
+Every figure is a mean over seeds with its standard deviation and 95% t interval.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import yaml  # noqa: E402
+
+from ..errors import ModformerError  # noqa: E402
+from ..train.checkpoint import atomic_write_text  # noqa: E402
+from ..train.records import read_records  # noqa: E402
+from .runner import read_results  # noqa: E402
+from .spec import point_name  # noqa: E402
+from .stats import summarize  # noqa: E402
+
+
+def _load(sweep_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+    path = sweep_dir / "sweep.yaml"
+    if not path.exists():
+        raise ModformerError(f"{sweep_dir} is not a sweep directory (no sweep.yaml)")
+    spec = yaml.safe_load(path.read_text())
+    results = list(read_results(sweep_dir).values())
+    done = [r for r in results if r["status"] == "done"]
+    if not done:
+        raise ModformerError(f"{sweep_dir} has no finished run yet")
+    return spec, done, [r for r in results if r["status"] != "done"]
+
+
+def choose(groups: dict[tuple[str, str], list[dict]], metric: str, mode: str) -> dict[str, str]:
+    """variant -> its grid point with the best mean validation metric."""
+    best: dict[str, tuple[float, str]] = {}
+    for (variant, point), runs in sorted(groups.items()):
+        try:
+            value = summarize([r["summary"]["validation"][metric] for r in runs]).mean
+        except KeyError:
+            raise ModformerError(f"runs report no validation metric '{metric}' (sweep.metric)") from None
+        score = value if mode == "max" else -value
+        if variant not in best or score > best[variant][0]:
+            best[variant] = (score, point)
+    return {v: p for v, (_, p) in best.items()}
+
+
+def _cell(values: list[float]) -> str:
+    return summarize(values).format()
+
+
+def write_report(sweep_dir: str | Path) -> Path:
+    sweep_dir = Path(sweep_dir)
+    spec, done, failed = _load(sweep_dir)
+    sw = spec["sweep"]
+    metric, mode = sw["metric"], sw["mode"]
+    groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for r in done:
+        groups[(r["variant"], point_name(list(r["point"].items())))].append(r)
+    chosen = choose(groups, metric, mode)
+    variants = [v for v in sw["variants"] if v in chosen]
+    model, task, train = spec.get("model", {}), spec.get("task", {}), spec.get("train", {})
+
+    lines = [f"# Sweep report: {sweep_dir.name}", ""]
+    lines += [f"Task `{task.get('name', 'condattend')}` ({', '.join(f'{k}={v}' for k, v in task.items() if k != 'name')}); "
+              f"base model {', '.join(f'{k}={v}' for k, v in model.items()) or 'defaults'}; "
+              f"training {', '.join(f'{k}={v}' for k, v in train.items()) or 'defaults'}.", ""]
+    lines += [f"Variants: {', '.join(sw['variants'])}. Seeds: {sw['seeds']}. The same grid for every variant: "
+              + (", ".join(f"`{k}` in {v}" for k, v in sw["grid"].items()) or "no grid (one setting)") + ".", ""]
+    lines += [f"Each variant's setting is chosen by the mean validation {metric} ({mode}) over seeds; the test "
+              f"set is reported only for that setting. Cells: mean ± std [95% t interval] over seeds.", ""]
+    if len(sw["seeds"]) < 3:
+        lines += [f"**Warning: {len(sw['seeds'])} seed(s); at least 3 are needed for the intervals to mean much.**", ""]
+    if failed:
+        lines += [f"**{len(failed)} run(s) failed and are left out:** " + ", ".join(r["run_id"] for r in failed), ""]
+
+    lines += ["## Chosen setting per variant", "",
+              f"| variant | setting | seeds | validation {metric} | test accuracy | test loss | trainable params | tokens/s |",
+              "|---|---|---|---|---|---|---|---|"]
+    for v in variants:
+        runs = groups[(v, chosen[v])]
+        s = [r["summary"] for r in runs]
+        lines.append(f"| {v} | `{chosen[v]}` | {len(runs)} | {_cell([x['validation'][metric] for x in s])} | "
+                     f"{_cell([x['test']['accuracy'] for x in s])} | {_cell([x['test']['loss'] for x in s])} | "
+                     f"{s[0]['parameters']['trainable']:,} | {summarize([x['tokens_per_s'] for x in s]).mean:,.0f} |")
+    lines.append("")
+
+    slice_names = sorted({n for r in done for n in r["summary"]["test"].get("slices", {})})
+    for name in slice_names:
+        values = sorted({k for r in done for k in r["summary"]["test"]["slices"].get(name, {})}, key=_sort_key)
+        lines += [f"## Test accuracy per `{name}` (chosen settings)", "",
+                  "| " + name + " | " + " | ".join(variants) + " |", "|---" * (len(variants) + 1) + "|"]
+        for value in values:
+            cells = []
+            for v in variants:
+                accs = [r["summary"]["test"]["slices"][name][value]["accuracy"] for r in groups[(v, chosen[v])]
+                        if value in r["summary"]["test"]["slices"].get(name, {})]
+                cells.append(_cell(accs) if accs else "-")
+            lines.append(f"| {value} | " + " | ".join(cells) + " |")
+        lines.append("")
+
+    lines += ["## The whole grid", "", f"| variant | setting | seeds | validation {metric} | test accuracy | chosen |",
+              "|---|---|---|---|---|---|"]
+    for (v, point), runs in sorted(groups.items()):
+        lines.append(f"| {v} | `{point}` | {len(runs)} | {_cell([r['summary']['validation'][metric] for r in runs])} | "
+                     f"{_cell([r['summary']['test']['accuracy'] for r in runs])} | {'yes' if chosen.get(v) == point else ''} |")
+    lines.append("")
+
+    figures = []
+    if slice_names:
+        _plot_slices(sweep_dir / "slices.png", slice_names, variants, groups, chosen)
+        figures.append(("Test accuracy per slice, chosen settings (error bars: 95% interval)", "slices.png"))
+    _plot_curves(sweep_dir, sweep_dir / "curves.png", variants, groups, chosen)
+    figures.append(("Validation accuracy during training, chosen settings (mean over seeds, band: min to max)",
+                    "curves.png"))
+    lines += ["## Figures", ""] + [f"{title}:\n\n![{file}]({file})\n" for title, file in figures]
+    commands_file = sweep_dir / "commands.txt"
+    commands = list(dict.fromkeys(commands_file.read_text().splitlines())) if commands_file.exists() else []
+    lines += ["## Reproduce", "", "```", *commands, f"modformer report {sweep_dir}", "```", ""]
+    path = sweep_dir / "report.md"
+    atomic_write_text(path, "\n".join(lines))
+    return path
+
+
+def _sort_key(value: str):
+    return (0, float(value)) if value.lstrip("-").replace(".", "", 1).isdigit() else (1, value)
+
+
+def _plot_slices(path: Path, names: list[str], variants: list[str], groups, chosen) -> None:
+    fig, axes = plt.subplots(1, len(names), figsize=(6 * len(names), 4), squeeze=False)
+    for ax, name in zip(axes[0], names):
+        for v in variants:
+            per_value = defaultdict(list)
+            for r in groups[(v, chosen[v])]:
+                for value, stats in r["summary"]["test"]["slices"].get(name, {}).items():
+                    per_value[value].append(stats["accuracy"])
+            keys = sorted(per_value, key=_sort_key)
+            stats = [summarize(per_value[k]) for k in keys]
+            errors = [0.0 if s.n < 2 else s.half_width for s in stats]
+            ax.errorbar(keys, [s.mean for s in stats], yerr=errors, marker="o", capsize=3, label=v)
+        ax.set(xlabel=name, ylabel="test accuracy", ylim=(-0.02, 1.02))
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    _save(fig, path)
+
+
+def _plot_curves(sweep_dir: Path, path: Path, variants: list[str], groups, chosen) -> None:
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for v in variants:
+        curves = []
+        for r in groups[(v, chosen[v])]:
+            metrics = sweep_dir / r["run_dir"] / "metrics.jsonl"
+            if metrics.exists():
+                curves.append({e["step"]: e["accuracy"] for e in read_records(metrics)
+                               if e.get("kind") == "eval" and e.get("split") == "validation"})
+        steps = sorted(set.intersection(*(set(c) for c in curves))) if curves else []
+        if steps:
+            values = [[c[s] for c in curves] for s in steps]
+            ax.plot(steps, [sum(x) / len(x) for x in values], marker="o", label=v)
+            ax.fill_between(steps, [min(x) for x in values], [max(x) for x in values], alpha=0.2)
+    ax.set(xlabel="step", ylabel="validation accuracy", ylim=(-0.02, 1.02))
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    _save(fig, path)
+
+
+def _save(fig, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    tmp.replace(path)

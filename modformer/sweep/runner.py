@@ -1,0 +1,168 @@
+"""Running a sweep: each run in its own `modformer train` process, several at once, resumable.
+
+Layout of a sweep directory::
+
+    sweep.yaml                    the sweep as resolved (base config + sweep section)
+    results.jsonl                 append-only: one record per finished or failed run
+    runs/<variant>/<point>/seed<s>/   each run's own run directory
+    configs/..., logs/...         the config each run was started with, and its output
+
+A finished run (its `summary.json` exists) is never trained again; a run with checkpoints
+but no summary continues with `--resume`. So a killed sweep, started again with the same
+command, picks up where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from ..errors import ModformerError
+from ..train.checkpoint import atomic_write_text, list_checkpoints
+from ..train.records import read_records
+from .spec import RunSpec, Sweep
+
+IGNORED_WHEN_RESUMING = {"workers"}  # sweep keys that may change between invocations
+
+
+def read_results(sweep_dir: Path) -> dict[str, dict[str, Any]]:
+    """run id -> its latest record in results.jsonl."""
+    path = Path(sweep_dir) / "results.jsonl"
+    return {r["run_id"]: r for r in read_records(path)} if path.exists() else {}
+
+
+class SweepRunner:
+    def __init__(self, sweep: Sweep, out: str | Path, *, echo: Callable[[str], None] | None = None):
+        self.sweep = sweep
+        self.out = Path(out)
+        self.echo = echo or (lambda msg: print(msg, file=sys.stderr))
+        self._lock = threading.Lock()
+        self._children: set[subprocess.Popen] = set()
+        self._stopping = False
+
+    def _check_same_sweep(self) -> None:
+        saved = self.out / "sweep.yaml"
+        mine = self.sweep.to_dict()
+        if saved.exists():
+            old = yaml.safe_load(saved.read_text()) or {}
+            strip = lambda d: {**d, "sweep": {k: v for k, v in d.get("sweep", {}).items()  # noqa: E731
+                                              if k not in IGNORED_WHEN_RESUMING}}
+            if strip(old) != strip(mine):
+                raise ModformerError(f"{self.out} holds a different sweep (compare {saved}); "
+                                     f"use another --out, or the same sweep file and overrides")
+        try:
+            self.out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ModformerError(f"cannot create sweep folder {self.out}: {e.strerror or e}") from None
+        atomic_write_text(saved, yaml.safe_dump(mine, sort_keys=False))
+        with open(self.out / "commands.txt", "a") as f:  # how this sweep was (re)started
+            f.write(" ".join(shlex.quote(a) for a in [Path(sys.argv[0]).name, *sys.argv[1:]]) + "\n")
+
+    def run_dir(self, run: RunSpec) -> Path:
+        return self.out / "runs" / run.run_id
+
+    def _record(self, record: dict[str, Any]) -> None:
+        with self._lock, open(self.out / "results.jsonl", "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+    def _base_record(self, run: RunSpec) -> dict[str, Any]:
+        return {"run_id": run.run_id, "variant": run.variant, "point": dict(run.point), "seed": run.seed,
+                "run_dir": str(self.run_dir(run).relative_to(self.out))}
+
+    def _train(self, run: RunSpec, threads: int) -> None:
+        if self._stopping:
+            return
+        run_dir = self.run_dir(run)
+        config = run.config.to_dict()
+        config["train"]["progress"] = False
+        if config["train"]["threads"] is None:
+            config["train"]["threads"] = threads
+        cfg_path = self.out / "configs" / f"{run.run_id}.yaml"
+        log_path = self.out / "logs" / f"{run.run_id}.log"
+        cfg_path.parent.mkdir(parents=True, exist_ok=True)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(cfg_path, yaml.safe_dump(config, sort_keys=False))
+        cmd = [sys.executable, "-m", "modformer.cli", "train", str(cfg_path), "--out", str(run_dir)]
+        if list_checkpoints(run_dir / "checkpoints"):
+            cmd.append("--resume")
+        self.echo(f"start  {run.run_id}")
+        with open(log_path, "a") as log:
+            # Own process group: a Ctrl-C reaches the children through `stop`, once, so
+            # each saves a checkpoint instead of dying twice.
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                    env={**os.environ, "OMP_NUM_THREADS": str(config["train"]["threads"])})
+            with self._lock:
+                self._children.add(proc)
+            code = proc.wait()
+            with self._lock:
+                self._children.discard(proc)
+        if code == 0 and (run_dir / "summary.json").exists():
+            summary = json.loads((run_dir / "summary.json").read_text())
+            self._record({**self._base_record(run), "status": "done", "summary": summary})
+            test = summary["test"]
+            self.echo(f"done   {run.run_id}: test accuracy {test['accuracy']:.4f}, loss {test['loss']:.4f}")
+        elif code == 130 or self._stopping:
+            self.echo(f"paused {run.run_id} (checkpoint saved)")
+        else:
+            tail = log_path.read_text().strip().splitlines()[-1:] or ["(no output)"]
+            self._record({**self._base_record(run), "status": "failed", "exit_code": code, "error": tail[0]})
+            self.echo(f"FAILED {run.run_id} (exit {code}): {tail[0]}  [log: {log_path}]")
+
+    def stop(self) -> None:
+        self._stopping = True
+        with self._lock:
+            for proc in self._children:
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGINT)
+
+    def run(self) -> dict[str, dict[str, Any]]:
+        """Train every unfinished run; return the results by run id."""
+        self._check_same_sweep()
+        runs = self.sweep.runs()
+        done = {k for k, r in read_results(self.out).items() if r["status"] == "done"}
+        todo = []
+        for run in runs:
+            summary = self.run_dir(run) / "summary.json"
+            if run.run_id in done:
+                continue
+            if summary.exists():  # finished, but the sweep was killed before recording it
+                self._record({**self._base_record(run), "status": "done", "summary": json.loads(summary.read_text())})
+                continue
+            todo.append(run)
+        workers = self.sweep.spec.workers
+        threads = max(1, (os.cpu_count() or 1) // workers)
+        self.echo(f"sweep {self.out}: {len(runs)} runs, {len(runs) - len(todo)} already finished, "
+                  f"{len(todo)} to train with {workers} worker(s) of {threads} thread(s)")
+        pool = ThreadPoolExecutor(max_workers=workers)
+        futures = [pool.submit(self._train, run, threads) for run in todo]
+        previous = None
+        if threading.current_thread() is threading.main_thread():
+            previous = signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt))
+        try:
+            for future in futures:
+                future.result()
+        except KeyboardInterrupt:
+            self.echo("interrupted: asking the running trainings to save and stop ...")
+            self.stop()
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise ModformerError(f"sweep interrupted; run the same command again to continue {self.out}") from None
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+        pool.shutdown(wait=True)
+        results = read_results(self.out)
+        failed = [k for k, r in results.items() if r["status"] == "failed"]
+        if failed:
+            raise ModformerError(f"{len(failed)} run(s) failed, e.g. {failed[0]}: {results[failed[0]]['error']} "
+                                 f"(logs under {self.out / 'logs'}; rerun the sweep to retry them)")
+        return results

@@ -1,0 +1,122 @@
+"""A sweep: variants x hyperparameter grid x seeds, with the same grid for every variant.
+
+A sweep file is a run config (sections model, task, train: the base of every run) plus a
+`sweep` section::
+
+    sweep:
+      variants: [standard, frozen_qk, mixit]
+      grid: {train.lr: [1.0e-3, 3.0e-3], train.batch_size: [128, 512]}
+      seeds: [0, 1, 2]
+      workers: 2
+
+Every run is the base config with `model.variant`, one grid point and `train.seed` set.
+All runs are built and checked before the first starts, so a bad grid key fails at once.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..config import RunConfig, config_from_dict, read_yaml
+from ..configtools import apply_override, from_dict, option
+from ..errors import ConfigError
+
+
+@dataclass
+class SweepConfig:
+    variants: list[str] = option(default_factory=lambda: ["standard"], help="variants to compare (model.variant)")
+    grid: dict[str, list[Any]] = option(
+        default_factory=dict, help="dotted config key -> values; the same grid is run for every variant")
+    seeds: list[int] = option(default_factory=lambda: [0, 1, 2], help="seeds of every (variant, grid point); at least 3")
+    workers: int = option(1, "runs trained at once, each in its own process")
+    metric: str = option("accuracy", "validation metric that chooses each variant's best grid point")
+    mode: str = option("max", "max or min: whether a larger metric is better")
+
+    def __post_init__(self) -> None:
+        if not self.variants:
+            raise ConfigError("sweep.variants must name at least one variant")
+        if len(set(self.seeds)) != len(self.seeds) or not self.seeds:
+            raise ConfigError(f"sweep.seeds must be distinct and non-empty, got {self.seeds}")
+        if self.workers < 1:
+            raise ConfigError(f"sweep.workers must be positive, got {self.workers}")
+        if self.mode not in ("max", "min"):
+            raise ConfigError(f"sweep.mode must be max or min, got '{self.mode}'")
+        for key, values in self.grid.items():
+            if key in ("model.variant", "train.seed"):
+                raise ConfigError(f"sweep.grid.{key}: set it with sweep.variants / sweep.seeds instead")
+            if not isinstance(values, list) or not values:
+                raise ConfigError(f"sweep.grid.{key} must be a non-empty list of values")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    variant: str
+    point: tuple[tuple[str, Any], ...]  # the grid point, in grid order
+    seed: int
+    config: RunConfig
+
+    @property
+    def point_name(self) -> str:
+        return point_name(self.point)
+
+    @property
+    def run_id(self) -> str:
+        return f"{self.variant}/{self.point_name}/seed{self.seed}"
+
+
+def point_name(point: Sequence[tuple[str, Any]]) -> str:
+    """A grid point as a folder name: `train.lr=0.001,train.batch_size=128` ('default' if empty)."""
+    text = ",".join(f"{k}={v}" for k, v in point) or "default"
+    return re.sub(r"[^A-Za-z0-9_.,=+-]", "_", text)
+
+
+@dataclass
+class Sweep:
+    base: dict[str, Any]  # plain data of the base run config
+    spec: SweepConfig
+
+    def runs(self) -> list[RunSpec]:
+        """Every run, variants outermost and seeds innermost, each config fully checked."""
+        keys = list(self.spec.grid)
+        out = []
+        for variant in self.spec.variants:
+            for values in itertools.product(*(self.spec.grid[k] for k in keys)):
+                point = tuple(zip(keys, values))
+                for seed in self.spec.seeds:
+                    data = copy.deepcopy(self.base)
+                    data.setdefault("model", {})["variant"] = variant
+                    data.setdefault("train", {})["seed"] = seed
+                    for key, value in point:
+                        _set(data, key, value)
+                    out.append(RunSpec(variant, point, seed, config_from_dict(data)))
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        from ..configtools import to_dict
+
+        return {**copy.deepcopy(self.base), "sweep": to_dict(self.spec)}
+
+
+def _set(data: dict[str, Any], key: str, value: Any) -> None:
+    node = data
+    parts = key.split(".")
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"sweep.grid.{key}: '{part}' is not a section")
+    node[parts[-1]] = value
+
+
+def load_sweep(path: str | Path, overrides: Sequence[str] = ()) -> Sweep:
+    data = read_yaml(path)
+    for assignment in overrides:
+        apply_override(data, assignment)
+    spec = from_dict(SweepConfig, data.pop("sweep", None), "sweep")
+    sweep = Sweep(base=data, spec=spec)
+    sweep.runs()  # check every run's config now, not hours into the sweep
+    return sweep

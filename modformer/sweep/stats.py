@@ -1,0 +1,49 @@
+"""Mean, standard deviation and a 95% confidence interval over seeds."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+# Two-sided 95% quantiles of Student's t for 1..30 degrees of freedom; beyond, the normal's.
+_T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+        2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+        2.045, 2.042]
+
+
+def t95(dof: int) -> float:
+    return _T95[dof - 1] if dof <= len(_T95) else 1.960
+
+
+@dataclass(frozen=True)
+class Summary:
+    n: int
+    mean: float
+    std: float  # sample standard deviation (n - 1); 0 for one value
+    half_width: float  # of the 95% t interval; nan for fewer than 2 values
+
+    @property
+    def low(self) -> float:
+        return self.mean - self.half_width
+
+    @property
+    def high(self) -> float:
+        return self.mean + self.half_width
+
+    def format(self, digits: int = 4) -> str:
+        if self.n < 2:
+            return f"{self.mean:.{digits}f} (n=1)"
+        return (f"{self.mean:.{digits}f} ± {self.std:.{digits}f} "
+                f"[{self.low:.{digits}f}, {self.high:.{digits}f}]")
+
+
+def summarize(values: Sequence[float]) -> Summary:
+    n = len(values)
+    if n == 0:
+        raise ValueError("no values to summarize")
+    mean = sum(values) / n
+    if n == 1:
+        return Summary(1, mean, 0.0, math.nan)
+    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    return Summary(n, mean, std, t95(n - 1) * std / math.sqrt(n))

@@ -1,0 +1,98 @@
+import json
+
+import pytest
+import yaml
+
+from modformer.errors import ConfigError, ModformerError
+from modformer.sweep.report import write_report
+from modformer.sweep.runner import SweepRunner, read_results
+from modformer.sweep.spec import load_sweep
+from modformer.sweep.stats import summarize
+
+SWEEP = {
+    "model": {"d_model": 32, "n_layers": 1, "n_heads": 2},
+    "task": {"name": "condattend", "n_pairs": 3, "test_size": 100, "validation_size": 50},
+    "train": {"steps": 6, "batch_size": 8, "eval_every": 3, "checkpoint_every": 3, "eval_batch_size": 100},
+    "sweep": {"variants": ["standard", "frozen_qk"], "grid": {"train.lr": [0.001, 0.01]}, "seeds": [0, 1],
+              "workers": 2},
+}
+
+
+def write(tmp_path, data):
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_same_grid_for_every_variant(tmp_path):
+    sweep = load_sweep(write(tmp_path, SWEEP))
+    runs = sweep.runs()
+    assert len(runs) == 2 * 2 * 2
+    by_variant = {}
+    for run in runs:
+        by_variant.setdefault(run.variant, set()).add((run.point, run.seed))
+        assert run.config.model.variant == run.variant and run.config.train.seed == run.seed
+        assert run.config.train.lr == dict(run.point)["train.lr"]
+    assert by_variant["standard"] == by_variant["frozen_qk"]
+
+
+@pytest.mark.parametrize("change, key", [
+    ({"grid": {"train.lrr": [1]}}, "train.lrr"),
+    ({"grid": {"train.seed": [1]}}, "train.seed"),
+    ({"variants": ["nonesuch"]}, "model.variant"),
+    ({"workerz": 2}, "sweep.workerz"),
+    ({"grid": {"train.lr": []}}, "train.lr"),
+])
+def test_bad_sweeps_fail_before_training(tmp_path, change, key):
+    data = {**SWEEP, "sweep": {**SWEEP["sweep"], **change}}
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        load_sweep(write(tmp_path, data))
+
+
+def test_sweep_runs_resumes_and_reports(tmp_path):
+    out = tmp_path / "out"
+    sweep = load_sweep(write(tmp_path, SWEEP))
+    results = SweepRunner(sweep, out, echo=lambda m: None).run()
+    assert len(results) == 8 and all(r["status"] == "done" for r in results.values())
+
+    # Started again: nothing is retrained.
+    stamps = {p: p.stat().st_mtime_ns for p in out.rglob("*.safetensors")}
+    SweepRunner(load_sweep(write(tmp_path, SWEEP)), out, echo=lambda m: None).run()
+    assert stamps == {p: p.stat().st_mtime_ns for p in out.rglob("*.safetensors")}
+
+    # A sweep killed while one run was training: that run has a checkpoint but no summary
+    # and no record. Started again, only it continues, and it ends as it would have.
+    victim = "frozen_qk/train.lr=0.01/seed1"
+    before = results[victim]["summary"]
+    run_dir = out / "runs" / victim
+    (run_dir / "summary.json").unlink()
+    (run_dir / "checkpoints" / "step_0000006.safetensors").unlink()
+    lines = [line for line in (out / "results.jsonl").read_text().splitlines() if json.loads(line)["run_id"] != victim]
+    (out / "results.jsonl").write_text("\n".join(lines) + "\n")
+    log = []
+    SweepRunner(load_sweep(write(tmp_path, SWEEP)), out, echo=log.append).run()
+    assert any("7 already finished, 1 to train" in m for m in log)
+    after = read_results(out)[victim]["summary"]
+    assert after["test"] == before["test"] and after["validation"] == before["validation"]
+
+    report = write_report(out).read_text()
+    assert "## Chosen setting per variant" in report and "n_pairs" in report
+    rows = [line for line in report.splitlines() if line.startswith("| standard |")]
+    assert len(rows) == 1 + 2  # the chosen setting, and the two grid points
+    assert (out / "slices.png").stat().st_size > 0 and (out / "curves.png").stat().st_size > 0
+
+
+def test_another_sweep_in_the_same_folder_is_refused(tmp_path):
+    out = tmp_path / "out"
+    SweepRunner(load_sweep(write(tmp_path, {**SWEEP, "sweep": {**SWEEP["sweep"], "variants": ["standard"],
+                                                                  "seeds": [0], "grid": {}}})),
+                out, echo=lambda m: None).run()
+    with pytest.raises(ModformerError, match="different sweep"):
+        SweepRunner(load_sweep(write(tmp_path, SWEEP)), out, echo=lambda m: None).run()
+
+
+def test_interval_statistics():
+    s = summarize([1.0, 2.0, 3.0])
+    assert s.mean == 2.0 and s.std == 1.0
+    assert abs(s.half_width - 4.303 / 3 ** 0.5) < 1e-9
+    assert summarize([0.5]).format() == "0.5000 (n=1)"
