@@ -49,9 +49,8 @@ def format_results(summary: dict) -> str:
     lines = [f"{summary['variant']} on {summary['task']} (seed {summary['seed']}, step {summary['step']}, "
              f"{summary['parameters']['trainable']:,} of {summary['parameters']['total']:,} parameters trained)",
              "", f"  {'test metric':<24}{'value':>10}", f"  {'-' * 34}",
-             f"  {'accuracy':<24}{test['accuracy']:>10.4f}",
-             f"  {'token accuracy':<24}{test['token_accuracy']:>10.4f}",
-             f"  {'loss':<24}{test['loss']:>10.4f}",
+             *(f"  {key.replace('_', ' '):<24}{value:>10.4f}" for key, value in test.items()
+               if isinstance(value, float)),
              f"  {'examples':<24}{test['examples']:>10d}"]
     for name, values in test["slices"].items():
         lines += ["", f"  {name:<12}{'accuracy':>12}{'examples':>10}", f"  {'-' * 34}"]
@@ -86,6 +85,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     load_model_state(model, ckpt.model, path)
     task = TASKS[cfg.task.name](cfg.task)
     result = evaluate(model, task, batch_size=cfg.train.eval_batch_size, precision=cfg.train.precision)
+    result.update(task.model_metrics(result, model.parameter_counts()))
     summary = {"variant": cfg.model.variant, "task": cfg.task.name, "seed": cfg.train.seed, "step": ckpt.step,
                "parameters": model.parameter_counts(),
                "test": result}

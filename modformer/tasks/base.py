@@ -62,7 +62,8 @@ class Task:
         self._held_out_keys: set[bytes] = set()
 
     def sample(self, rng: np.random.Generator, count: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """Draw `count` full sequences (count, seq_len + 1) and their slice values."""
+        """Draw `count` full rows, (count, width) as `to_batch` reads them (by default
+        width = seq_len + 1: inputs plus the final next-token target), and their slice values."""
         raise NotImplementedError
 
     def to_batch(self, seqs: np.ndarray, slices: dict[str, np.ndarray]) -> Batch:
@@ -108,8 +109,12 @@ class Task:
         rng = np.random.default_rng([seed, step])
         rows: list[np.ndarray] = []
         slice_rows: dict[str, list[np.ndarray]] = {}
-        have = 0
+        have, rounds = 0, 0
         while have < batch_size:
+            rounds += 1
+            if rounds > 1000:  # the held-out sets hold (nearly) every possible example
+                raise ConfigError("the validation and test sets leave almost no example to train on; lower "
+                                  "task.test_size and task.validation_size or enlarge the task")
             seqs, slices = self.sample(rng, batch_size - have)
             fresh = ~self.is_held_out(seqs)
             rows.append(seqs[fresh])
@@ -117,6 +122,11 @@ class Task:
                 slice_rows.setdefault(k, []).append(v[fresh])
             have += int(fresh.sum())
         return self.to_batch(np.concatenate(rows), {k: np.concatenate(v) for k, v in slice_rows.items()})
+
+    def model_metrics(self, metrics: dict, parameters: dict[str, int]) -> dict[str, float]:
+        """Metrics that need the model's size as well as its held-out metrics (such as
+        memorization capacity in bits per parameter); added to the run's summary."""
+        return {}
 
     def loss(self, logits: torch.Tensor, batch: Batch) -> torch.Tensor:
         """Mean cross-entropy over scored positions. logits: (B, T, V)."""

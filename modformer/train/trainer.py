@@ -254,7 +254,7 @@ class Trainer:
             "parameters": self.model.parameter_counts(),
             "tokens_per_s": tokens_per_s,
             "validation": last_eval,
-            "test": test,
+            "test": {**test, **self.task.model_metrics(test, self.model.parameter_counts())},
             "code_version": code_version(),
         }
         atomic_write_text(self.run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
