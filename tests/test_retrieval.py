@@ -69,3 +69,11 @@ def test_validation_and_test_sets_are_disjoint_and_never_trained_on():
     for step in range(20):
         for row in task.train_batch(3, step, 256).inputs.tolist():
             assert tuple(row) not in test and tuple(row) not in validation
+
+
+def test_exhausted_example_space_is_a_clear_error():
+    from modformer.errors import ConfigError
+
+    task = Retrieval(RetrievalConfig(n_pairs=1, test_size=2000, validation_size=1000))  # only 255 examples exist
+    with pytest.raises(ConfigError, match="task.test_size"):
+        task.train_batch(0, 0, 16)
