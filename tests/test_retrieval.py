@@ -18,7 +18,7 @@ def decode(seq, N, half=256):
 
 @pytest.mark.parametrize("N", [1, 3, 8, 30])
 def test_reference_format(N):
-    task = Retrieval(RetrievalConfig(n_pairs=N))
+    task = Retrieval(RetrievalConfig(n_pairs=N, test_size=50, validation_size=50))
     seqs, slices = task.sample(np.random.default_rng(0), 2000)
     assert seqs.shape == (2000, 2 * N + 3) and seqs.min() >= 0 and seqs.max() < 512
     for seq, n in zip(seqs, slices["n_pairs"]):
@@ -73,7 +73,16 @@ def test_validation_and_test_sets_are_disjoint_and_never_trained_on():
 
 def test_exhausted_example_space_is_a_clear_error():
     from modformer.errors import ConfigError
+    from modformer.tasks.base import Task
 
-    task = Retrieval(RetrievalConfig(n_pairs=1, test_size=2000, validation_size=1000))  # only 255 examples exist
+    with pytest.raises(ConfigError, match="task.test_size"):  # only 255 examples exist
+        RetrievalConfig(n_pairs=1, test_size=2000, validation_size=1000)
+
+    class OneExample(Task):  # a task whose every example is held out: the stream's backstop
+        vocab_size, seq_len = 4, 3
+
+        def sample(self, rng, count):
+            return np.ones((count, 4), dtype=np.int64), {}
+
     with pytest.raises(ConfigError, match="task.test_size"):
-        task.train_batch(0, 0, 16)
+        OneExample(RetrievalConfig(test_size=1, validation_size=1)).train_batch(0, 0, 8)

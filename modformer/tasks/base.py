@@ -27,6 +27,15 @@ class TaskConfig:
             if getattr(self, key) < 1:
                 raise ConfigError(f"task.{key} must be positive, got {getattr(self, key)}")
 
+    def check_room(self, space: int, knob: str) -> None:
+        """Refuse held-out sets that would hold over half of the task's `space` distinct
+        examples: the training stream, which rejects them, would have little (or nothing:
+        an endless loop) left to draw. `knob` names the setting that enlarges the space."""
+        if space <= 2 * (self.test_size + self.validation_size):
+            raise ConfigError(f"task.test_size={self.test_size} plus task.validation_size={self.validation_size} "
+                              f"would hold over half of the {space} distinct examples with {knob}; "
+                              f"lower them or enlarge the task")
+
 
 @dataclass
 class Batch:

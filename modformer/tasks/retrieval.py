@@ -20,6 +20,7 @@ Slices: `n_pairs`, the number of stored pairs (the paper's Figure 2 axis).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,6 +45,10 @@ class RetrievalConfig(TaskConfig):
             raise ConfigError(
                 f"task.vocab_size={self.vocab_size} must be even with room for 2 * task.n_pairs="
                 f"{2 * self.n_pairs} key and query tokens in its upper half")
+        values, space = self.vocab_size // 2 - 1, 0
+        for n in range(1, self.n_pairs + 1):  # ordered distinct keys x values x which key is queried
+            space += math.perm(self.n_pairs, n) * values ** n * n
+        self.check_room(space, f"task.n_pairs={self.n_pairs}")
 
 
 @TASKS.register("condattend")
