@@ -64,3 +64,16 @@ def test_bad_yaml_files(tmp_path):
 def test_every_field_is_documented():
     rows = describe(RunConfig, "")
     assert rows and all(help_text for _, _, _, help_text in rows), [r[0] for r in rows if not r[3]]
+
+
+def test_every_shipped_config_loads():
+    from pathlib import Path
+
+    from modformer.sweep.spec import load_sweep
+
+    root = Path(__file__).resolve().parent.parent / "configs"
+    files = sorted(root.rglob("*.yaml"))
+    assert len(files) >= 7
+    for path in files:
+        text = path.read_text()
+        load_sweep(path) if "\nsweep:" in text else load_config(path)
