@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from . import variants as _variants  # noqa: F401  (registers the variants)
+from .analysis import add_signal_command
 from .config import RunConfig, config_from_dict, load_config
 from .configtools import apply_override, describe
 from .errors import ModformerError
@@ -159,6 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("sweep_dir", help="a sweep directory")
     rp.add_argument("--print", action="store_true", help="also print the report")
     rp.set_defaults(func=cmd_report)
+
+    add_signal_command(sub)
 
     ls = sub.add_parser("list", help="list the registered variants, parts and tasks")
     ls.set_defaults(func=cmd_list)

@@ -11,18 +11,15 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-import matplotlib
+import yaml
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import yaml  # noqa: E402
-
-from ..errors import ModformerError  # noqa: E402
-from ..train.checkpoint import atomic_write_text  # noqa: E402
-from ..train.records import read_records  # noqa: E402
-from .runner import read_results  # noqa: E402
-from .spec import point_name  # noqa: E402
-from .stats import summarize  # noqa: E402
+from ..errors import ModformerError
+from ..figures import plt, save_figure
+from ..train.checkpoint import atomic_write_text
+from ..train.records import read_records
+from .runner import read_results
+from .spec import point_name
+from .stats import summarize
 
 
 def _load(sweep_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
@@ -148,7 +145,7 @@ def _plot_slices(path: Path, names: list[str], variants: list[str], groups, chos
         ax.grid(alpha=0.3)
         ax.legend()
     fig.tight_layout()
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def _plot_curves(sweep_dir: Path, path: Path, variants: list[str], groups, chosen) -> None:
@@ -169,11 +166,5 @@ def _plot_curves(sweep_dir: Path, path: Path, variants: list[str], groups, chose
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    _save(fig, path)
+    save_figure(fig, path)
 
-
-def _save(fig, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    tmp.replace(path)

@@ -4,12 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only; never needs a display
-import matplotlib.pyplot as plt  # noqa: E402
-
-from .records import read_records  # noqa: E402
+from ..figures import plt, save_figure
+from .records import read_records
 
 
 def plot_training_curves(metrics_path: Path, png_path: Path, title: str = "") -> None:
@@ -31,7 +27,4 @@ def plot_training_curves(metrics_path: Path, png_path: Path, title: str = "") ->
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    tmp = png_path.with_name(f".{png_path.name}.tmp.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    tmp.replace(png_path)
+    save_figure(fig, png_path)

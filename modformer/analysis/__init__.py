@@ -1,0 +1,13 @@
+"""Analysis tools: induction-head scores, attention-map plots and signal propagation at init.
+
+Everything reads model internals through `capture` hook points, so it works for any mixer
+that exposes them (softmax attention, MixiT's fixed mixing).
+"""
+
+from .induction import attention_patterns, induction_scores, plot_attention_maps, plot_induction_scores
+from .signal import add_signal_command, markdown_tables, signal_propagation, token_similarity, write_reports
+
+__all__ = [
+    "add_signal_command", "attention_patterns", "induction_scores", "markdown_tables", "plot_attention_maps",
+    "plot_induction_scores", "signal_propagation", "token_similarity", "write_reports",
+]

@@ -1,0 +1,85 @@
+"""Helpers shared by the analysis tools: evaluation mode, limits read off a model, random
+tokens from a local generator, and atomic figure writing. `plt` is pyplot with the Agg
+backend chosen before pyplot loads; the analysis modules import it from here."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from pathlib import Path
+from typing import Iterator
+
+import torch
+from torch import nn
+
+from ..figures import plt, save_figure  # noqa: F401  (re-exported for the analysis modules)
+from ..model.mixing import MixingMixer
+from ..model.rope import RotaryEmbedding
+
+
+@contextlib.contextmanager
+def evaluating(model: nn.Module) -> Iterator[None]:
+    """Eval mode and no gradients inside; every module's own training flag restored after.
+
+    Flags are restored per module, not with `model.train(was_training)`, so that a part kept
+    in eval mode on purpose (a frozen teacher) stays that way.
+    """
+    modes = [(m, m.training) for m in model.modules()]
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        for module, mode in modes:
+            module.training = mode
+
+
+def model_device(model: nn.Module) -> torch.device:
+    for tensor in (*model.parameters(), *model.buffers()):
+        return tensor.device
+    return torch.device("cpu")
+
+
+def model_max_seq_len(model: nn.Module) -> int | None:
+    """The longest sequence the model accepts, or None if nothing in it limits the length.
+
+    `Transformer` does not record its config's max_seq_len, so the limit is read off the
+    parts that have one: RoPE tables, learned position tables and MixiT mixing matrices
+    (the shortest wins). A `max_seq_len` attribute on the model, if present, is used too.
+    """
+    limits = []
+    if isinstance(getattr(model, "max_seq_len", None), int):
+        limits.append(model.max_seq_len)
+    positions = getattr(model, "positions", None)
+    if isinstance(positions, nn.Embedding):
+        limits.append(positions.num_embeddings)
+    for module in model.modules():
+        if isinstance(module, RotaryEmbedding):
+            limits.append(module.cos.shape[0])
+        elif isinstance(module, MixingMixer):
+            limits.append(module.mixing.shape[-1])
+    return min(limits) if limits else None
+
+
+def random_tokens(batch: int, length: int, vocab_size: int, generator: torch.Generator) -> torch.Tensor:
+    """(batch, length) int64 token ids in [0, vocab_size), drawn only from `generator`.
+
+    Each row is a prefix of a random permutation of the vocabulary, so no token repeats
+    within a row when vocab_size >= length. With a smaller vocabulary the row is a
+    concatenation of independent permutations: every token then occurs ceil(length /
+    vocab_size) times at most, the fewest possible. Returned on the generator's device.
+    """
+    if batch < 1 or length < 1 or vocab_size < 1:
+        raise ValueError(f"batch, length and vocab_size must be positive, got {batch}, {length}, {vocab_size}")
+    copies = -(-length // vocab_size)  # ceil
+    keys = torch.rand(batch, copies, vocab_size, generator=generator, device=generator.device)
+    return keys.argsort(dim=-1).reshape(batch, copies * vocab_size)[:, :length]
+
+
+_LAYER = re.compile(r"blocks\.(\d+)\.")
+
+
+def by_layer(acts: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+    """Captured activations named `blocks.{i}.*`, ordered by block index i (not by name,
+    where 'blocks.10' would sort before 'blocks.2')."""
+    return [acts[name] for name in sorted(acts, key=lambda n: int(_LAYER.match(n).group(1)))]

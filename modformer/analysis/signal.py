@@ -1,0 +1,261 @@
+"""Signal propagation at initialisation (the random-attention paper's Table 7).
+
+For each variant and depth, build the model at init, feed random tokens and measure how
+alike the hidden states of different positions are after the last block (rank collapse:
+with depth, mixing can drive all tokens towards one vector). For one sequence with hidden
+states x_1..x_T in R^d (the block's `resid_post`, before the final norm):
+
+    covariance = mean over i != j of  c_i . c_j / d,   c_i = x_i - mean_k(x_i[k])
+                 (each token vector centred over its channels, then an inner product)
+    cosine     = mean over i != j of  x_i . x_j / (|x_i| |x_j|)   (raw, uncentred vectors)
+    variance   = mean over i      of  c_i . c_i / d                (the diagonal, for scale)
+
+each averaged over the batch, then over seeds (mean and population std across seeds).
+The covariance carries the scale of the residual stream, which grows with depth in a
+pre-norm model whatever the mixer does; the variance shows that scale, and the cosine is
+free of it. Tokens are distinct within a sequence when seq_len <= vocab_size, so the input
+cosine is about 0 and any similarity is made by the network.
+
+Note that `standard` and `random_transformer` differ only in what trains: at init, with
+one seed, they are the same network and measure the same.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from ..configtools import apply_override, from_dict
+from ..errors import ConfigError, ModformerError
+from ..model.config import ModelConfig
+from ..model.hooks import capture
+from ..registry import VARIANTS
+from ..train.checkpoint import atomic_write_text
+from ..variants import build_model
+from .common import by_layer, evaluating, plt, random_tokens, save_figure
+
+DEFAULT_VARIANTS = ("standard", "mixit", "random_transformer")
+DEFAULT_DEPTHS = (2, 4, 8, 16, 32)
+MEASURES = ("covariance", "cosine", "variance")
+DESCRIPTIONS = {"covariance": "mean off-diagonal token covariance", "cosine": "mean off-diagonal token cosine",
+                "variance": "mean token variance (diagonal covariance, the scale)"}
+
+
+def token_similarity(hidden: torch.Tensor) -> dict[str, float]:
+    """hidden (B, T, d) -> {"covariance", "cosine", "variance"}: batch means of the mean
+    off-diagonal covariance and cosine and the mean diagonal covariance, as defined in the
+    module docstring; computed in float64. Needs T >= 2."""
+    B, T, d = hidden.shape
+    if T < 2:
+        raise ValueError("token similarity needs at least two positions")
+    x = hidden.double()
+    centred = x - x.mean(dim=-1, keepdim=True)
+    unit = x / x.norm(dim=-1, keepdim=True).clamp_min(1e-30)
+
+    def off_diagonal_mean(gram: torch.Tensor) -> float:  # gram (B, T, T)
+        total = gram.sum(dim=(-2, -1)) - gram.diagonal(dim1=-2, dim2=-1).sum(-1)
+        return (total / (T * (T - 1))).mean().item()
+
+    covariance = centred @ centred.transpose(-2, -1) / d  # (B, T, T)
+    return {"covariance": off_diagonal_mean(covariance),
+            "cosine": off_diagonal_mean(unit @ unit.transpose(-2, -1)),
+            "variance": covariance.diagonal(dim1=-2, dim2=-1).mean().item()}
+
+
+def _model_config(variant: str, depth: int, width: int, heads: int, vocab_size: int, seq_len: int,
+                  options: dict[str, Any] | None) -> ModelConfig:
+    data = copy.deepcopy(options or {})
+    for key in ("variant", "n_layers"):
+        if key in data:
+            raise ConfigError(f"model option '{key}' is set by the signal sweep itself; use its own argument")
+    data.update(variant=variant, n_layers=depth, d_model=width, n_heads=heads, vocab_size=vocab_size,
+                max_seq_len=seq_len)
+    return from_dict(ModelConfig, data, "model")
+
+
+def _check(variants: Sequence[str], depths: Sequence[int], seq_len: int, batch: int, seeds: int,
+           vocab_size: int) -> None:
+    if not variants or not depths:
+        raise ConfigError("signal: give at least one variant and one depth")
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        raise ConfigError(f"signal: unknown variant '{unknown[0]}' (known: {', '.join(VARIANTS)})")
+    bad = [d for d in depths if not isinstance(d, int) or d < 1]
+    if bad:
+        raise ConfigError(f"signal: depths must be positive integers, got {bad[0]!r}")
+    if seq_len < 2:
+        raise ConfigError(f"signal: seq_len must be at least 2 (pairs of positions), got {seq_len}")
+    for name, value in (("batch", batch), ("seeds", seeds), ("vocab_size", vocab_size)):
+        if value < 1:
+            raise ConfigError(f"signal: {name} must be positive, got {value}")
+
+
+def signal_propagation(variants: Sequence[str] = DEFAULT_VARIANTS, depths: Sequence[int] = DEFAULT_DEPTHS, *,
+                       width: int = 128, heads: int = 4, vocab_size: int = 512, seq_len: int = 64,
+                       batch: int = 16, seeds: int = 3, all_layers: bool = False,
+                       model_options: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Token covariance and cosine after the last block, at init, per variant and depth.
+
+    Seed s (0..seeds-1) fixes both the model (`build_model(cfg, s)`) and its input tokens
+    (batch, seq_len), so every variant sees the same tokens. model_options: further
+    ModelConfig keys as nested plain data (e.g. {"residual_scale": 0.7071}).
+    Returns one dict per (variant, depth): variant, depth, seeds and, for each measure
+    (covariance, cosine, variance), its seed mean and `{measure}_std`; with all_layers also
+    `{measure}_by_layer` (seed means for blocks 0..depth-1).
+    """
+    variants, depths = list(variants), list(depths)
+    _check(variants, depths, seq_len, batch, seeds, vocab_size)
+    for variant in variants:  # fail on bad sizes or options before any work
+        _model_config(variant, depths[0], width, heads, vocab_size, seq_len, model_options)
+    results = []
+    for variant in variants:
+        for depth in depths:
+            cfg = _model_config(variant, depth, width, heads, vocab_size, seq_len, model_options)
+            per_seed = []  # per seed: (blocks captured, len(MEASURES)), blocks in order
+            for seed in range(seeds):
+                # build_model's module constructors draw default inits from torch's global RNG
+                # before overwriting them from `seed`; fork it so this sweep leaves it untouched.
+                with torch.random.fork_rng(devices=[]):
+                    model = build_model(cfg, seed)
+                tokens = random_tokens(batch, seq_len, vocab_size, torch.Generator().manual_seed(seed))
+                pattern = "blocks.*.resid_post" if all_layers else f"blocks.{depth - 1}.resid_post"
+                with evaluating(model), capture(model, pattern) as acts:
+                    model.hidden_states(tokens)
+                blocks = [token_similarity(h) for h in by_layer(acts)]
+                per_seed.append(torch.tensor([[b[m] for m in MEASURES] for b in blocks], dtype=torch.float64))
+            stats = torch.stack(per_seed)  # (seeds, blocks captured, len(MEASURES))
+            mean, std = stats.mean(0), stats.std(0, correction=0)
+            record: dict[str, Any] = {"variant": variant, "depth": depth}
+            for k, measure in enumerate(MEASURES):
+                record[measure] = mean[-1, k].item()
+                record[f"{measure}_std"] = std[-1, k].item()
+            record["seeds"] = seeds
+            if all_layers:
+                for k, measure in enumerate(MEASURES):
+                    record[f"{measure}_by_layer"] = mean[:, k].tolist()
+            results.append(record)
+    return results
+
+
+def markdown_tables(results: list[dict[str, Any]]) -> str:
+    """One Markdown table per measure: variants as rows, depths as columns, 'mean ± std'."""
+    variants = list(dict.fromkeys(r["variant"] for r in results))
+    depths = sorted({r["depth"] for r in results})
+    cell = {(r["variant"], r["depth"]): r for r in results}
+    seeds = results[0]["seeds"] if results else 0
+    parts = []
+    for measure in MEASURES:
+        lines = [f"**{measure}**: {DESCRIPTIONS[measure]} after the last block, at init "
+                 f"(mean ± std over {seeds} seed{'s' if seeds != 1 else ''})", "",
+                 "| variant | " + " | ".join(f"depth {d}" for d in depths) + " |",
+                 "|---|" + "---:|" * len(depths)]
+        for v in variants:
+            row = [f"{cell[v, d][measure]:.3g} ± {cell[v, d][measure + '_std']:.2g}" if (v, d) in cell else ""
+                   for d in depths]
+            lines.append(f"| {v} | " + " | ".join(row) + " |")
+        parts.append("\n".join(lines))
+    # Variants that differ only in what trains (standard, random_transformer) are one network
+    # at init; say so, or identical rows read like a bug.
+    groups: dict[tuple, list[str]] = {}
+    for v in variants:
+        groups.setdefault(tuple(cell.get((v, d), {}).get(m) for d in depths for m in MEASURES), []).append(v)
+    same = [g for g in groups.values() if len(g) > 1]
+    if same:
+        parts.append("Identical at init (same network; they differ only in what trains): "
+                     + "; ".join(", ".join(g) for g in same) + ".")
+    return "\n\n".join(parts) + "\n"
+
+
+def plot_signal(results: list[dict[str, Any]], path: str | Path, title: str = "") -> Path:
+    """Each measure against depth (log2 x), one line per variant with ±std bars; one panel
+    per measure. Written atomically; returns the path."""
+    fig, axes = plt.subplots(1, len(MEASURES), figsize=(4.6 * len(MEASURES), 3.8))
+    for ax, measure in zip(axes, MEASURES):
+        for k, variant in enumerate(dict.fromkeys(r["variant"] for r in results)):
+            rows = sorted((r for r in results if r["variant"] == variant), key=lambda r: r["depth"])
+            ax.errorbar([r["depth"] for r in rows], [r[measure] for r in rows],
+                        yerr=[r[f"{measure}_std"] for r in rows], marker="o", capsize=3, label=variant,
+                        linestyle=("-", "--", ":", "-.")[k % 4])  # identical variants stay visible
+        ax.set_xscale("log", base=2)
+        if measure != "cosine" and all(r[measure] > 0 for r in results):
+            ax.set_yscale("log")  # these carry the residual stream's scale, which spans decades
+        where = "diagonal" if measure == "variance" else "off-diagonal"
+        ax.set(xlabel="depth (blocks)", ylabel=f"mean {where} {measure}", title=measure)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(title or "token similarity after the last block, at init")
+    fig.tight_layout()
+    return save_figure(fig, path)
+
+
+def write_reports(results: list[dict[str, Any]], out: str | Path, settings: dict[str, Any]) -> dict[str, Path]:
+    """signal.json (settings and results), signal.md (tables) and signal.png under `out`,
+    each written atomically."""
+    out = Path(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ModformerError(f"cannot create output directory {out}: {e.strerror}") from None
+    paths = {"json": out / "signal.json", "markdown": out / "signal.md", "plot": out / "signal.png"}
+    atomic_write_text(paths["json"], json.dumps({"settings": settings, "results": results}, indent=2) + "\n")
+    atomic_write_text(paths["markdown"], "# Signal propagation at initialisation\n\n" + markdown_tables(results))
+    plot_signal(results, paths["plot"])
+    return paths
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    if args.threads < 1:
+        raise ConfigError(f"signal: --threads must be positive, got {args.threads}")
+    # One thread by default: these models are too small to gain from intra-op threads, and on
+    # a busy machine the threads wait on each other (defaults on a loaded 2-core box: about
+    # 15 s with 1 thread, 100-240 s with torch's 2).
+    torch.set_num_threads(args.threads)
+    options: dict[str, Any] = {}
+    for assignment in args.set:
+        apply_override(options, assignment)
+    settings = {"variants": args.variants, "depths": args.depths, "width": args.width, "heads": args.heads,
+                "vocab_size": args.vocab, "seq_len": args.seq_len, "batch": args.batch, "seeds": args.seeds,
+                "all_layers": args.all_layers, "model_options": options, "threads": torch.get_num_threads()}
+    start = time.perf_counter()
+    results = signal_propagation(args.variants, args.depths, width=args.width, heads=args.heads,
+                                 vocab_size=args.vocab, seq_len=args.seq_len, batch=args.batch,
+                                 seeds=args.seeds, all_layers=args.all_layers, model_options=options)
+    settings["seconds"] = round(time.perf_counter() - start, 2)
+    paths = write_reports(results, args.out, settings)
+    print(markdown_tables(results))
+    print(f"{len(results)} models x {args.seeds} seeds in {settings['seconds']:.1f} s; "
+          f"wrote {', '.join(str(p) for p in paths.values())}")
+    return 0
+
+
+def add_signal_command(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add `modformer signal` to the CLI's subparsers; its handler is set as `func`."""
+    p = subparsers.add_parser(
+        "signal", help="signal propagation at init: token covariance and cosine across depth",
+        description="Build each variant at init for each depth, feed random tokens and report the mean "
+                    "off-diagonal token covariance and cosine (and the token variance, for scale) after the "
+                    "last block (the random-attention paper's Table 7). Writes signal.json, signal.md and signal.png to --out.")
+    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--variants", nargs="+", default=list(DEFAULT_VARIANTS), metavar="VARIANT",
+                   help=f"registered variants (default: {' '.join(DEFAULT_VARIANTS)})")
+    p.add_argument("--depths", nargs="+", type=int, default=list(DEFAULT_DEPTHS), metavar="N",
+                   help=f"numbers of blocks (default: {' '.join(map(str, DEFAULT_DEPTHS))})")
+    p.add_argument("--width", type=int, default=128, help="d_model (default: 128)")
+    p.add_argument("--heads", type=int, default=4, help="heads (default: 4)")
+    p.add_argument("--vocab", type=int, default=512, help="vocabulary size (default: 512)")
+    p.add_argument("--seq-len", type=int, default=64, help="tokens per sequence (default: 64)")
+    p.add_argument("--batch", type=int, default=16, help="sequences per model (default: 16)")
+    p.add_argument("--seeds", type=int, default=3, help="seeds to average over (default: 3)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="CPU threads for torch (default: 1, fastest for these small models on a busy machine)")
+    p.add_argument("--all-layers", action="store_true", help="also record every block's measures in the JSON")
+    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                   help="further model config keys, e.g. residual_scale=0.7071 mixing.sink_head=true")
+    p.set_defaults(func=_run_command)
+    return p
