@@ -18,8 +18,9 @@ class Transformer(nn.Module):
     """
 
     def __init__(self, vocab_size: int, d_model: int, blocks: list[Block], *, norm_eps: float = 1e-5,
-                 tie_embeddings: bool = False, max_positions: int | None = None):
+                 tie_embeddings: bool = False, max_positions: int | None = None, max_seq_len: int | None = None):
         super().__init__()
+        self.max_seq_len = max_seq_len  # the longest input its parts were built for (None: no limit)
         self.embed = nn.Embedding(vocab_size, d_model)
         self.positions = nn.Embedding(max_positions, d_model) if max_positions else None
         self.embed_out = HookPoint()

@@ -26,7 +26,10 @@ def build_model(cfg: ModelConfig, seed: int) -> Transformer:
     if cfg.vocab_size is None or cfg.max_seq_len is None:
         raise ValueError("model.vocab_size and model.max_seq_len must be resolved (from the task) before building")
     variant = VARIANTS[cfg.variant]
-    model = variant.build(cfg)
+    # Module constructors draw default weights from the global RNG; they are overwritten
+    # below, and the caller's global RNG must not notice.
+    with torch.random.fork_rng(devices=[]):
+        model = variant.build(cfg)
     init_weights(model, cfg.init_std, torch.Generator().manual_seed(seed))
     freeze(model, [*variant.freeze, *cfg.freeze])
     return model

@@ -19,7 +19,7 @@ def build_decoder(cfg: ModelConfig, *, mixer: str | None = None, ffn: str | None
     ]
     return Transformer(
         cfg.vocab_size, cfg.d_model, blocks, norm_eps=cfg.norm_eps, tie_embeddings=cfg.tie_embeddings,
-        max_positions=cfg.max_seq_len if cfg.learned_positions else None,
+        max_positions=cfg.max_seq_len if cfg.learned_positions else None, max_seq_len=cfg.max_seq_len,
     )
 
 
