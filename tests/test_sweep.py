@@ -12,7 +12,8 @@ from modformer.sweep.stats import summarize
 SWEEP = {
     "model": {"d_model": 32, "n_layers": 1, "n_heads": 2},
     "task": {"name": "condattend", "n_pairs": 3, "test_size": 100, "validation_size": 50},
-    "train": {"steps": 6, "batch_size": 8, "eval_every": 3, "checkpoint_every": 3, "eval_batch_size": 100},
+    "train": {"steps": 6, "batch_size": 8, "eval_every": 3, "checkpoint_every": 3, "eval_batch_size": 100,
+              "induction_scores": True},
     "sweep": {"variants": ["standard", "frozen_qk"], "grid": {"train.lr": [0.001, 0.01]}, "seeds": [0, 1],
               "workers": 2},
 }
@@ -79,7 +80,8 @@ def test_sweep_runs_resumes_and_reports(tmp_path):
     assert "## Chosen setting per variant" in report and "n_pairs" in report
     rows = [line for line in report.splitlines() if line.startswith("| standard |")]
     assert len(rows) == 1 + 2  # the chosen setting, and the two grid points
-    assert (out / "slices.png").stat().st_size > 0 and (out / "curves.png").stat().st_size > 0
+    for figure in ("slices.png", "curves.png", "induction.png"):
+        assert (out / figure).stat().st_size > 0 and f"]({figure})" in report
 
 
 def test_another_sweep_in_the_same_folder_is_refused(tmp_path):

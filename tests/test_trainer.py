@@ -106,3 +106,14 @@ def test_bf16_autocast_trains(tiny_config, tmp_path):
     assert all(map(lambda x: x == x, losses)) and losses[-1] < losses[0]
     state = final_state(tmp_path / "r")
     assert all(t.dtype == torch.float32 for t in state.model.values())  # weights stay fp32
+
+
+def test_induction_scores_are_logged_at_each_evaluation(tiny_config, tmp_path):
+    run(tiny_config("train.induction_scores=true"), tmp_path / "r")
+    records = list(read_records(tmp_path / "r" / "metrics.jsonl"))
+    scores = [r for r in records if r["kind"] == "induction"]
+    evals = [r for r in records if r["kind"] == "eval" and r["split"] == "validation"]
+    assert [r["step"] for r in scores] == [r["step"] for r in evals] == [6, 12]
+    assert all(len(r["scores"]) == 2 and len(r["scores"][0]) == 4 for r in scores)
+    assert all(0.0 <= s <= 1.0 for r in scores for row in r["scores"] for s in row)
+    assert (tmp_path / "r" / "induction.png").stat().st_size > 0

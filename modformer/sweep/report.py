@@ -116,6 +116,9 @@ def write_report(sweep_dir: str | Path) -> Path:
     _plot_curves(sweep_dir, sweep_dir / "curves.png", variants, groups, chosen)
     figures.append(("Validation accuracy during training, chosen settings (mean over seeds, band: min to max)",
                     "curves.png"))
+    if _plot_induction(sweep_dir, sweep_dir / "induction.png", variants, groups, chosen):
+        figures.append(("Strongest induction head (max over layers and heads) during training, chosen settings "
+                        "(mean over seeds, band: min to max)", "induction.png"))
     lines += ["## Figures", ""] + [f"{title}:\n\n![{file}]({file})\n" for title, file in figures]
     commands_file = sweep_dir / "commands.txt"
     commands = list(dict.fromkeys(commands_file.read_text().splitlines())) if commands_file.exists() else []
@@ -148,23 +151,48 @@ def _plot_slices(path: Path, names: list[str], variants: list[str], groups, chos
     save_figure(fig, path)
 
 
-def _plot_curves(sweep_dir: Path, path: Path, variants: list[str], groups, chosen) -> None:
+def _curves(sweep_dir: Path, runs: list[dict], value) -> dict[int, list[float]]:
+    """step -> one value per seed, from each run's metrics (steps every run logged)."""
+    curves = []
+    for r in runs:
+        metrics = sweep_dir / r["run_dir"] / "metrics.jsonl"
+        if metrics.exists():
+            curves.append({e["step"]: v for e in read_records(metrics) if (v := value(e)) is not None})
+    steps = sorted(set.intersection(*(set(c) for c in curves))) if curves else []
+    return {s: [c[s] for c in curves] for s in steps}
+
+
+def _plot_over_steps(sweep_dir: Path, path: Path, variants: list[str], groups, chosen, value, ylabel: str) -> bool:
     fig, ax = plt.subplots(figsize=(7, 4))
+    drawn = False
     for v in variants:
-        curves = []
-        for r in groups[(v, chosen[v])]:
-            metrics = sweep_dir / r["run_dir"] / "metrics.jsonl"
-            if metrics.exists():
-                curves.append({e["step"]: e["accuracy"] for e in read_records(metrics)
-                               if e.get("kind") == "eval" and e.get("split") == "validation"})
-        steps = sorted(set.intersection(*(set(c) for c in curves))) if curves else []
-        if steps:
-            values = [[c[s] for c in curves] for s in steps]
+        curve = _curves(sweep_dir, groups[(v, chosen[v])], value)
+        if curve:
+            steps, values = list(curve), list(curve.values())
             ax.plot(steps, [sum(x) / len(x) for x in values], marker="o", label=v)
             ax.fill_between(steps, [min(x) for x in values], [max(x) for x in values], alpha=0.2)
-    ax.set(xlabel="step", ylabel="validation accuracy", ylim=(-0.02, 1.02))
+            drawn = True
+    if not drawn:
+        plt.close(fig)
+        return False
+    ax.set(xlabel="step", ylabel=ylabel, ylim=(-0.02, 1.02))
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
     save_figure(fig, path)
+    return True
+
+
+def _plot_curves(sweep_dir: Path, path: Path, variants: list[str], groups, chosen) -> bool:
+    def accuracy(e):
+        return e["accuracy"] if e.get("kind") == "eval" and e.get("split") == "validation" else None
+
+    return _plot_over_steps(sweep_dir, path, variants, groups, chosen, accuracy, "validation accuracy")
+
+
+def _plot_induction(sweep_dir: Path, path: Path, variants: list[str], groups, chosen) -> bool:
+    def strongest(e):
+        return max(max(row) for row in e["scores"]) if e.get("kind") == "induction" else None
+
+    return _plot_over_steps(sweep_dir, path, variants, groups, chosen, strongest, "strongest induction score")
 

@@ -28,6 +28,9 @@ class TrainConfig:
     checkpoint_every: int = option(200, "save a checkpoint every this many steps (and at the end); 0: only at the end")
     keep_checkpoints: int = option(2, "how many of the latest checkpoints to keep")
     progress: bool = option(True, "show a progress bar")
+    induction_scores: bool = option(
+        False, "at every validation evaluation, log each head's induction score (random tokens repeated twice) "
+               "and plot them in induction.png")
 
     def __post_init__(self) -> None:
         for key in ("steps", "batch_size", "eval_every", "eval_batch_size", "log_every", "keep_checkpoints"):

@@ -22,6 +22,7 @@ import torch
 import yaml
 from tqdm import tqdm
 
+from ..analysis.induction import induction_scores, plot_induction_scores
 from ..config import RunConfig, config_from_dict
 from ..configtools import to_dict
 from ..errors import CheckpointError, ConfigError, ModformerError, TrainingDiverged
@@ -227,6 +228,8 @@ class Trainer:
                 if done % tc.eval_every == 0 or done == tc.steps:
                     last_eval = self._evaluate("validation")
                     self.metrics.append({"kind": "eval", "split": "validation", "step": done, **last_eval})
+                    if tc.induction_scores:
+                        self.metrics.append({"kind": "induction", "step": done, "scores": self._induction().tolist()})
                 if (tc.checkpoint_every and done % tc.checkpoint_every == 0) or done == tc.steps:
                     self._save(done)
                 bar.update(1)
@@ -266,7 +269,17 @@ class Trainer:
         return evaluate(self.model, self.task, batch_size=self.cfg.train.eval_batch_size,
                         precision=self.cfg.train.precision, data=data)
 
+    def _induction(self) -> torch.Tensor:
+        """(n_layers, n_heads) induction scores on the same random tokens at every call."""
+        half_len = min(self.model.max_seq_len // 2, 64)
+        return induction_scores(self.model, vocab_size=self.task.vocab_size, half_len=half_len, batch=32,
+                                generator=torch.Generator(self.device).manual_seed(self.cfg.train.seed))
+
     def _plot(self) -> None:
-        if self.metrics.path.exists():
-            plot_training_curves(self.metrics.path, self.run_dir / "curves.png",
-                                 title=f"{self.cfg.model.variant} on {self.cfg.task.name}")
+        if not self.metrics.path.exists():
+            return
+        title = f"{self.cfg.model.variant} on {self.cfg.task.name}"
+        plot_training_curves(self.metrics.path, self.run_dir / "curves.png", title=title)
+        scores = [(r["step"], r["scores"]) for r in self.metrics.records() if r.get("kind") == "induction"]
+        if scores:
+            plot_induction_scores(scores, self.run_dir / "induction.png", title=f"induction scores: {title}")
