@@ -12,7 +12,7 @@ from . import variants as _variants  # noqa: F401  (registers the variants)
 from .analysis import add_signal_command
 from .config import RunConfig, config_from_dict, load_config
 from .configtools import apply_override, describe
-from .errors import ModformerError
+from .errors import Interrupted, ModformerError
 from .evaluate import evaluate
 from .registry import FFNS, MIXERS, TASKS, VARIANTS
 from .sweep.report import write_report
@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except ModformerError as e:
         print(f"modformer: error: {e}", file=sys.stderr)
-        return 130 if e.__class__.__name__ == "Interrupted" else 2
+        return 130 if isinstance(e, Interrupted) else 2
     except KeyboardInterrupt:
         print("modformer: interrupted", file=sys.stderr)
         return 130

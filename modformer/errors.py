@@ -20,3 +20,7 @@ class CheckpointError(ModformerError):
 
 class TrainingDiverged(ModformerError):
     """The loss became NaN or infinite; the last good checkpoint is kept."""
+
+
+class Interrupted(ModformerError):
+    """Stopped by Ctrl-C or SIGTERM after saving a checkpoint (exit status 130)."""

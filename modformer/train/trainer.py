@@ -25,7 +25,7 @@ from tqdm import tqdm
 from ..analysis.induction import induction_scores, plot_induction_scores
 from ..config import RunConfig, config_from_dict
 from ..configtools import to_dict
-from ..errors import CheckpointError, ConfigError, ModformerError, TrainingDiverged
+from ..errors import CheckpointError, ConfigError, Interrupted, ModformerError, TrainingDiverged
 from ..evaluate import autocast, evaluate
 from ..registry import TASKS
 from ..variants import build_model
@@ -83,10 +83,6 @@ class Interrupts:
         finally:
             for s, h in previous.items():
                 signal.signal(s, h)
-
-
-class Interrupted(ModformerError):
-    """Stopped by a signal after saving a checkpoint."""
 
 
 class Trainer:
@@ -172,7 +168,8 @@ class Trainer:
         return step
 
     # -- the loop --------------------------------------------------------------------------
-    def run(self) -> dict[str, Any]:
+    def _setup(self) -> int:
+        """Build everything; return the step to start from."""
         cfg, tc = self.cfg, self.cfg.train
         self.device = resolve_device(tc.device)
         if tc.threads is not None:
@@ -181,83 +178,111 @@ class Trainer:
         self.task = TASKS[cfg.task.name](cfg.task)
         self.model = build_model(cfg.model, tc.seed).to(self.device)
         self.optimizer = build_optimizer(self.model, tc)
-        self.last_saved = None
+        self.trainable = [p for p in self.model.parameters() if p.requires_grad]
+        self.last_saved: int | None = None
+        self.last_eval: dict[str, Any] | None = None
         self.window_loss, self.window_steps = 0.0, 0
         start = self._restore() if self.resume else 0
         if start > tc.steps:
             raise ModformerError(f"{self.run_dir} is already at step {start}, past train.steps={tc.steps}")
         self.task.test_set()  # the held-out sets are drawn before timing starts
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        last_eval: dict[str, Any] | None = None
-        window_tokens, window_start = 0, time.perf_counter()
-        tokens_per_s = 0.0
-        bar = tqdm(total=tc.steps, initial=start, disable=not tc.progress, dynamic_ncols=True,
+        self.window_tokens, self.window_start, self.tokens_per_s = 0, time.perf_counter(), 0.0
+        return start
+
+    def _step(self, step: int) -> tuple[float, float]:
+        """One optimizer step on training batch `step`; returns (loss, gradient norm)."""
+        tc = self.cfg.train
+        batch = self.task.train_batch(tc.seed, step, tc.batch_size).to(self.device)
+        lr = learning_rate(step, tc)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        with autocast(self.device, tc.precision):
+            logits = self.model(batch.inputs)
+        loss = self.task.loss(logits, batch)
+        loss_value = loss.item()
+        if not math.isfinite(loss_value):
+            good = self.last_saved or self.start
+            kept = (f"the last good checkpoint (step {good}) is kept in {self.ckpt_dir}" if good
+                    else "no checkpoint had been written yet")
+            raise TrainingDiverged(f"loss became {loss_value} at step {step + 1}; {kept}. "
+                                   f"Try a lower train.lr or train.grad_clip")
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.trainable, tc.grad_clip if tc.grad_clip > 0 else math.inf)
+        self.optimizer.step()
+        self.window_loss += loss_value
+        self.window_steps += 1
+        self.window_tokens += batch.inputs.numel()
+        return loss_value, float(grad_norm)
+
+    def _log(self, done: int, grad_norm: float) -> None:
+        now = time.perf_counter()
+        self.tokens_per_s = self.window_tokens / max(now - self.window_start, 1e-9)
+        self.metrics.append({"kind": "train", "step": done, "loss": self.window_loss / self.window_steps,
+                             "lr": learning_rate(done - 1, self.cfg.train), "grad_norm": grad_norm,
+                             "tokens_per_s": self.tokens_per_s})
+        self.window_loss, self.window_steps = 0.0, 0
+        self.window_tokens, self.window_start = 0, now
+
+    def _validate(self, done: int) -> None:
+        self.last_eval = self._evaluate("validation")
+        self.metrics.append({"kind": "eval", "split": "validation", "step": done, **self.last_eval})
+        if self.cfg.train.induction_scores:
+            self.metrics.append({"kind": "induction", "step": done, "scores": self._induction().tolist()})
+
+    def run(self) -> dict[str, Any]:
+        """Train to `train.steps` (from the latest checkpoint with resume); return the summary."""
+        cfg, tc = self.cfg, self.cfg.train
+        self.start = self._setup()
+        bar = tqdm(total=tc.steps, initial=self.start, disable=not tc.progress, dynamic_ncols=True,
                    desc=f"{cfg.model.variant}/{cfg.task.name}", file=sys.stderr)
         self.model.train()
-        with self.interrupts.installed():
-            for step in range(start, tc.steps):
-                batch = self.task.train_batch(tc.seed, step, tc.batch_size).to(self.device)
-                lr = learning_rate(step, tc)
-                for group in self.optimizer.param_groups:
-                    group["lr"] = lr
-                with autocast(self.device, tc.precision):
-                    logits = self.model(batch.inputs)
-                loss = self.task.loss(logits, batch)
-                loss_value = loss.item()
-                if not math.isfinite(loss_value):
-                    bar.close()
-                    kept = (f"the last good checkpoint (step {self.last_saved or start}) is kept in {self.ckpt_dir}"
-                            if (self.last_saved or start) else "no checkpoint had been written yet")
-                    raise TrainingDiverged(f"loss became {loss_value} at step {step + 1}; {kept}. "
-                                           f"Try a lower train.lr or train.grad_clip")
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                grad_norm = torch.nn.utils.clip_grad_norm_(params, tc.grad_clip if tc.grad_clip > 0 else math.inf)
-                self.optimizer.step()
-                done = step + 1
-                self.window_loss += loss_value
-                self.window_steps += 1
-                window_tokens += batch.inputs.numel()
-                if done % tc.log_every == 0 or done == tc.steps:
-                    elapsed = time.perf_counter() - window_start
-                    tokens_per_s = window_tokens / max(elapsed, 1e-9)
-                    self.metrics.append({"kind": "train", "step": done, "loss": self.window_loss / self.window_steps,
-                                         "lr": lr, "grad_norm": float(grad_norm), "tokens_per_s": tokens_per_s})
-                    self.window_loss, self.window_steps = 0.0, 0
-                    window_tokens, window_start = 0, time.perf_counter()
-                if done % tc.eval_every == 0 or done == tc.steps:
-                    last_eval = self._evaluate("validation")
-                    self.metrics.append({"kind": "eval", "split": "validation", "step": done, **last_eval})
-                    if tc.induction_scores:
-                        self.metrics.append({"kind": "induction", "step": done, "scores": self._induction().tolist()})
-                if (tc.checkpoint_every and done % tc.checkpoint_every == 0) or done == tc.steps:
-                    self._save(done)
-                bar.update(1)
-                postfix = {"loss": f"{loss_value:.4f}", "tok/s": f"{tokens_per_s:,.0f}"}
-                if last_eval is not None:
-                    postfix["acc"] = f"{last_eval['accuracy']:.3f}"
-                bar.set_postfix(postfix, refresh=False)
-                if self.interrupts.requested:
-                    bar.close()
-                    if self.last_saved != done:
+        try:
+            with self.interrupts.installed():
+                for step in range(self.start, tc.steps):
+                    loss_value, grad_norm = self._step(step)
+                    done = step + 1
+                    if done % tc.log_every == 0 or done == tc.steps:
+                        self._log(done, grad_norm)
+                    if done % tc.eval_every == 0 or done == tc.steps:
+                        self._validate(done)
+                    if (tc.checkpoint_every and done % tc.checkpoint_every == 0) or done == tc.steps:
                         self._save(done)
-                    self._plot()
-                    raise Interrupted(f"interrupted at step {done}; checkpoint saved. Continue with: "
-                                      f"modformer train {self.run_dir / 'config.yaml'} --out {self.run_dir} --resume")
-        bar.close()
-        if last_eval is None or start == tc.steps:
-            last_eval = self._evaluate("validation")
+                    bar.update(1)
+                    postfix = {"loss": f"{loss_value:.4f}", "tok/s": f"{self.tokens_per_s:,.0f}"}
+                    if self.last_eval is not None:
+                        postfix["acc"] = f"{self.last_eval['accuracy']:.3f}"
+                    bar.set_postfix(postfix, refresh=False)
+                    if self.interrupts.requested:
+                        self._stop(done)
+        finally:
+            bar.close()
+        return self._finish()
+
+    def _stop(self, done: int) -> None:
+        if self.last_saved != done:
+            self._save(done)
+        self._plot()
+        raise Interrupted(f"interrupted at step {done}; checkpoint saved. Continue with: "
+                          f"modformer train {self.run_dir / 'config.yaml'} --out {self.run_dir} --resume")
+
+    def _finish(self) -> dict[str, Any]:
+        """Score the test set once, write summary.json and the plots."""
+        cfg, tc = self.cfg, self.cfg.train
+        if self.last_eval is None:  # resumed a finished run: nothing was evaluated in this process
+            self.last_eval = self._evaluate("validation")
         test = self._evaluate("test")
         self.metrics.append({"kind": "eval", "split": "test", "step": tc.steps, **test})
+        parameters = self.model.parameter_counts()
         summary = {
             "step": tc.steps,
             "variant": cfg.model.variant,
             "task": cfg.task.name,
             "seed": tc.seed,
-            "parameters": self.model.parameter_counts(),
-            "tokens_per_s": tokens_per_s,
-            "validation": last_eval,
-            "test": {**test, **self.task.model_metrics(test, self.model.parameter_counts())},
+            "parameters": parameters,
+            "tokens_per_s": self.tokens_per_s,
+            "validation": self.last_eval,
+            "test": {**test, **self.task.model_metrics(test, parameters)},
             "code_version": code_version(),
         }
         atomic_write_text(self.run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
