@@ -65,3 +65,26 @@ def test_greedy_generations_are_token_identical():
         for _ in range(12):
             seq = torch.cat([seq, ours(seq)[:, -1:].argmax(-1)], dim=1)
     assert torch.equal(seq, theirs)
+
+
+def test_rope_tables_equal_hugging_face_at_long_positions():
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    from modformer.model.rope import RotaryEmbedding
+
+    config = transformers.LlamaConfig(hidden_size=256, num_attention_heads=4, max_position_embeddings=8192,
+                                      rope_parameters={"rope_type": "default", "rope_theta": 500000.0})
+    theirs = LlamaRotaryEmbedding(config)
+    positions = torch.arange(8192)[None]
+    cos, sin = theirs(torch.zeros(1, dtype=torch.float32), positions)
+    ours = RotaryEmbedding(64, 8192, 500000.0)
+    assert torch.equal(ours.cos, cos[0]) and torch.equal(ours.sin, sin[0])
+
+
+def test_non_default_rope_is_refused():
+    from modformer.errors import ConfigError
+    from modformer.interop.hf_llama import config_from_hf
+
+    config = transformers.LlamaConfig(rope_parameters={"rope_type": "linear", "rope_theta": 1e4, "factor": 2.0})
+    with pytest.raises(ConfigError, match="linear"):
+        config_from_hf(config)

@@ -60,9 +60,9 @@ def naive_attention_forward(model, tokens):
         q = (h @ att.q_proj.weight.T).view(B, T, cfg_heads, hd).transpose(1, 2)
         k = (h @ att.k_proj.weight.T).view(B, T, att.n_kv_heads, hd).transpose(1, 2)
         v = (h @ att.v_proj.weight.T).view(B, T, att.n_kv_heads, hd).transpose(1, 2)
-        pos = torch.arange(T, dtype=torch.float64)
-        inv = 1.0 / 10000.0 ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd)
-        ang = torch.cat([torch.outer(pos, inv)] * 2, -1)
+        # Angles in float32, as Hugging Face Llama (and so our tables) compute them.
+        inv = 1.0 / 10000.0 ** (torch.arange(0, hd, 2).float() / hd)
+        ang = torch.cat([torch.outer(torch.arange(T).float(), inv)] * 2, -1).double()
 
         def rot(t):
             t1, t2 = t[..., : hd // 2], t[..., hd // 2:]

@@ -79,7 +79,8 @@ def test_sweep_runs_resumes_and_reports(tmp_path):
     report = write_report(out).read_text()
     assert "## Chosen setting per variant" in report and "n_pairs" in report
     rows = [line for line in report.splitlines() if line.startswith("| standard |")]
-    assert len(rows) == 1 + 2  # the chosen setting, and the two grid points
+    assert len(rows) == 1 + 1 + 2  # the chosen setting, its other metrics, and the two grid points
+    assert "## Other test metrics" in report and "token_accuracy" in report
     for figure in ("slices.png", "curves.png", "induction.png"):
         assert (out / figure).stat().st_size > 0 and f"]({figure})" in report
 
@@ -98,3 +99,18 @@ def test_interval_statistics():
     assert s.mean == 2.0 and s.std == 1.0
     assert abs(s.half_width - 4.303 / 3 ** 0.5) < 1e-9
     assert summarize([0.5]).format() == "0.5000 (n=1)"
+
+
+def test_settings_are_chosen_on_validation_over_complete_seeds():
+    from modformer.sweep.report import choose
+
+    def run(val, test):
+        return {"summary": {"validation": {"accuracy": val}, "test": {"accuracy": test}}}
+
+    groups = {
+        ("a", "lr=1"): [run(0.9, 0.1), run(0.8, 0.1), run(0.85, 0.1)],  # best on validation
+        ("a", "lr=2"): [run(0.5, 0.99), run(0.5, 0.99), run(0.5, 0.99)],  # best on test
+        ("a", "lr=3"): [run(1.0, 1.0)],  # one lucky seed of three
+    }
+    assert choose(groups, "accuracy", "max", seeds=3) == {"a": "lr=1"}
+    assert choose(groups, "accuracy", "min", seeds=3) == {"a": "lr=2"}

@@ -117,3 +117,20 @@ def test_induction_scores_are_logged_at_each_evaluation(tiny_config, tmp_path):
     assert all(len(r["scores"]) == 2 and len(r["scores"][0]) == 4 for r in scores)
     assert all(0.0 <= s <= 1.0 for r in scores for row in r["scores"] for s in row)
     assert (tmp_path / "r" / "induction.png").stat().st_size > 0
+
+
+def test_resume_of_a_run_killed_before_its_first_checkpoint_starts_over(tiny_config, tmp_path):
+    cfg = tiny_config()
+    run(cfg, tmp_path / "whole")
+    shutil.copytree(tmp_path / "whole", tmp_path / "killed")
+    for _, path in list_checkpoints(tmp_path / "killed" / "checkpoints"):
+        path.unlink()
+    (tmp_path / "killed" / "summary.json").unlink()
+    run(cfg, tmp_path / "killed", resume=True)
+    assert_same_run(tmp_path / "whole", tmp_path / "killed")  # no record logged twice
+
+
+def test_resume_refuses_a_changed_schedule(tiny_config, tmp_path):
+    run(tiny_config(), tmp_path / "r")
+    with pytest.raises(ModformerError, match="train.steps"):
+        run(tiny_config("train.steps=24"), tmp_path / "r", resume=True)

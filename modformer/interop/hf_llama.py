@@ -55,8 +55,8 @@ def hf_name(ours: str) -> str:
 
 def config_from_hf(hf_config: Any) -> ModelConfig:
     """A `ModelConfig` for the standard variant equal to a `LlamaConfig`."""
-    rope = getattr(hf_config, "rope_parameters", None) or {}
-    rope_type = rope.get("rope_type", "default")
+    rope = getattr(hf_config, "rope_parameters", None) or getattr(hf_config, "rope_scaling", None) or {}
+    rope_type = rope.get("rope_type", rope.get("type", "default"))
     if rope_type != "default":
         raise ConfigError(f"RoPE type '{rope_type}' is not supported (only the default rotary embedding)")
     theta = rope.get("rope_theta", getattr(hf_config, "rope_theta", 10000.0))

@@ -34,10 +34,14 @@ def _load(sweep_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]], list[d
     return spec, done, [r for r in results if r["status"] != "done"]
 
 
-def choose(groups: dict[tuple[str, str], list[dict]], metric: str, mode: str) -> dict[str, str]:
-    """variant -> its grid point with the best mean validation metric."""
+def choose(groups: dict[tuple[str, str], list[dict]], metric: str, mode: str, seeds: int) -> dict[str, str]:
+    """variant -> its grid point with the best mean validation metric, among the points
+    whose every seed finished (a point with one lucky seed must not beat a complete one).
+    The test set takes no part."""
     best: dict[str, tuple[float, str]] = {}
     for (variant, point), runs in sorted(groups.items()):
+        if len(runs) < seeds:
+            continue
         try:
             value = summarize([r["summary"]["validation"][metric] for r in runs]).mean
         except KeyError:
@@ -60,8 +64,10 @@ def write_report(sweep_dir: str | Path) -> Path:
     groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for r in done:
         groups[(r["variant"], point_name(list(r["point"].items())))].append(r)
-    chosen = choose(groups, metric, mode)
+    chosen = choose(groups, metric, mode, len(sw["seeds"]))
     variants = [v for v in sw["variants"] if v in chosen]
+    incomplete = sorted(f"{v}/{p} ({len(r)} of {len(sw['seeds'])} seeds)" for (v, p), r in groups.items()
+                        if len(r) < len(sw["seeds"]))
     model, task, train = spec.get("model", {}), spec.get("task", {}), spec.get("train", {})
 
     lines = [f"# Sweep report: {sweep_dir.name}", ""]
@@ -76,6 +82,9 @@ def write_report(sweep_dir: str | Path) -> Path:
         lines += [f"**Warning: {len(sw['seeds'])} seed(s); at least 3 are needed for the intervals to mean much.**", ""]
     if failed:
         lines += [f"**{len(failed)} run(s) failed and are left out:** " + ", ".join(r["run_id"] for r in failed), ""]
+    if incomplete:
+        lines += ["**Grid points with unfinished seeds (shown in the grid, never chosen):** "
+                  + ", ".join(incomplete), ""]
 
     lines += ["## Chosen setting per variant", "",
               f"| variant | setting | seeds | validation {metric} | test accuracy | test loss | trainable params | tokens/s |",
@@ -87,6 +96,16 @@ def write_report(sweep_dir: str | Path) -> Path:
                      f"{_cell([x['test']['accuracy'] for x in s])} | {_cell([x['test']['loss'] for x in s])} | "
                      f"{s[0]['parameters']['trainable']:,} | {summarize([x['tokens_per_s'] for x in s]).mean:,.0f} |")
     lines.append("")
+
+    shown = {"accuracy", "loss"}
+    extra = sorted({k for r in done for k, v in r["summary"]["test"].items() if isinstance(v, float)} - shown)
+    if extra:
+        lines += ["## Other test metrics (chosen settings)", "", "| variant | " + " | ".join(extra) + " |",
+                  "|---" * (len(extra) + 1) + "|"]
+        for v in variants:
+            runs = groups[(v, chosen[v])]
+            lines.append(f"| {v} | " + " | ".join(_cell([r["summary"]["test"][k] for r in runs]) for k in extra) + " |")
+        lines.append("")
 
     slice_names = sorted({n for r in done for n in r["summary"]["test"].get("slices", {})})
     for name in slice_names:

@@ -28,7 +28,7 @@ from typing import Any, Callable
 import yaml
 
 from ..errors import ModformerError
-from ..train.checkpoint import atomic_write_text, list_checkpoints
+from ..train.checkpoint import atomic_write_text
 from ..train.records import read_records
 from .spec import RunSpec, Sweep
 
@@ -86,15 +86,18 @@ class SweepRunner:
         config = run.config.to_dict()
         config["train"]["progress"] = False
         if config["train"]["threads"] is None:
-            config["train"]["threads"] = threads
+            # A run keeps the thread count it started with: another count sums floats in
+            # another order, and its resumption would no longer be bit-identical.
+            started = run_dir / "config.yaml"
+            config["train"]["threads"] = (yaml.safe_load(started.read_text())["train"]["threads"]
+                                          if started.exists() else threads)
         cfg_path = self.out / "configs" / f"{run.run_id}.yaml"
         log_path = self.out / "logs" / f"{run.run_id}.log"
         cfg_path.parent.mkdir(parents=True, exist_ok=True)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(cfg_path, yaml.safe_dump(config, sort_keys=False))
-        cmd = [sys.executable, "-m", "modformer.cli", "train", str(cfg_path), "--out", str(run_dir)]
-        if list_checkpoints(run_dir / "checkpoints"):
-            cmd.append("--resume")
+        # --resume also covers a run killed before its first checkpoint: it starts over.
+        cmd = [sys.executable, "-m", "modformer.cli", "train", str(cfg_path), "--out", str(run_dir), "--resume"]
         self.echo(f"start  {run.run_id}")
         with open(log_path, "a") as log:
             # Own process group: a Ctrl-C reaches the children through `stop`, once, so

@@ -71,13 +71,17 @@ def load_optimizer_tensors(optimizer: torch.optim.Optimizer, names: dict[nn.Para
                            tensors: dict[str, torch.Tensor]) -> None:
     """Restore per-parameter state saved by `optimizer_tensors` (hyperparameters come from the config)."""
     by_name = {n: p for p, n in names.items()}
+    # Fused and capturable AdamW keep the step count on the parameter's device; the
+    # others on the CPU (as torch's own load_state_dict does).
+    step_on_device = bool(optimizer.defaults.get("fused") or optimizer.defaults.get("capturable"))
     state: dict[nn.Parameter, dict[str, torch.Tensor]] = {}
     for key, value in tensors.items():
         name, _, slot = key.rpartition(".")
         if name not in by_name:
             raise CheckpointError(f"checkpoint has optimizer state for '{name}', which is not a trainable parameter here")
         param = by_name[name]
-        state.setdefault(param, {})[slot] = value.to(param.device) if slot != "step" else value
+        on_device = slot != "step" or step_on_device
+        state.setdefault(param, {})[slot] = value.to(param.device) if on_device else value
     missing = [n for p, n in names.items() if p not in state]
     if state and missing:
         raise CheckpointError(f"checkpoint lacks optimizer state for {missing[:3]}; was it saved with another freeze set?")

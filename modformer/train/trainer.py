@@ -36,9 +36,10 @@ from .optim import build_optimizer, learning_rate, schedule_description
 from .plots import plot_training_curves
 from .records import MetricsLog
 
-# Keys that may change when a run is resumed: they do not change what was already computed.
-RESUMABLE_CHANGES = {"train.steps", "train.eval_every", "train.log_every", "train.checkpoint_every",
-                     "train.keep_checkpoints", "train.progress", "train.eval_batch_size", "train.threads"}
+# Keys that may change when a run is resumed: they change neither the weights nor the logged
+# numbers. (train.steps shapes the learning-rate schedule and train.threads the order of
+# float sums, so a change of either would break bit-identical resumption.)
+RESUMABLE_CHANGES = {"train.progress"}
 
 
 def resolve_device(name: str) -> torch.device:
@@ -114,9 +115,12 @@ class Trainer:
         except OSError as e:
             raise ModformerError(f"cannot write to output folder {self.run_dir}: {e.strerror or e}") from None
         atomic_write_text(saved, self.cfg.to_yaml())
-        info = {"command": self.command, "code_version": code_version(), "torch": torch.__version__,
-                "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        atomic_write_text(self.run_dir / "run.json", json.dumps(info, indent=2) + "\n")
+        # run.json keeps one entry per start, so a resumed run still shows how it began.
+        info_path = self.run_dir / "run.json"
+        starts = json.loads(info_path.read_text()).get("starts", []) if self.resume and info_path.exists() else []
+        starts.append({"command": self.command, "code_version": code_version(), "torch": torch.__version__,
+                       "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+        atomic_write_text(info_path, json.dumps({"starts": starts}, indent=2) + "\n")
 
     def _check_same_config(self, saved: Path) -> None:
         try:
@@ -151,6 +155,7 @@ class Trainer:
         found = list_checkpoints(self.ckpt_dir)
         if not found:
             self.echo(f"no checkpoint in {self.ckpt_dir}; starting from step 0")
+            self.metrics.keep(lambda r: False)  # whatever a killed run logged is redone
             return 0
         step, path = found[-1]
         ckpt = read_checkpoint(path)
@@ -201,19 +206,24 @@ class Trainer:
         loss = self.task.loss(logits, batch)
         loss_value = loss.item()
         if not math.isfinite(loss_value):
-            good = self.last_saved or self.start
-            kept = (f"the last good checkpoint (step {good}) is kept in {self.ckpt_dir}" if good
-                    else "no checkpoint had been written yet")
-            raise TrainingDiverged(f"loss became {loss_value} at step {step + 1}; {kept}. "
-                                   f"Try a lower train.lr or train.grad_clip")
+            self._diverged("loss", loss_value, step)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.trainable, tc.grad_clip if tc.grad_clip > 0 else math.inf)
+        if not math.isfinite(grad_norm):  # a finite loss can still have non-finite gradients
+            self._diverged("the gradient norm", float(grad_norm), step)
         self.optimizer.step()
         self.window_loss += loss_value
         self.window_steps += 1
         self.window_tokens += batch.inputs.numel()
         return loss_value, float(grad_norm)
+
+    def _diverged(self, what: str, value: float, step: int) -> None:
+        good = self.last_saved or self.start
+        kept = (f"the last good checkpoint (step {good}) is kept in {self.ckpt_dir}" if good
+                else "no checkpoint had been written yet")
+        raise TrainingDiverged(f"{what} became {value} at step {step + 1}; {kept}. "
+                               f"Try a lower train.lr or train.grad_clip")
 
     def _log(self, done: int, grad_norm: float) -> None:
         now = time.perf_counter()
@@ -274,13 +284,15 @@ class Trainer:
         test = self._evaluate("test")
         self.metrics.append({"kind": "eval", "split": "test", "step": tc.steps, **test})
         parameters = self.model.parameter_counts()
+        # From the log, not this process: a run resumed at its last step trains nothing here.
+        speeds = [r["tokens_per_s"] for r in self.metrics.records() if r.get("kind") == "train"]
         summary = {
             "step": tc.steps,
             "variant": cfg.model.variant,
             "task": cfg.task.name,
             "seed": tc.seed,
             "parameters": parameters,
-            "tokens_per_s": self.tokens_per_s,
+            "tokens_per_s": sum(speeds) / len(speeds) if speeds else 0.0,
             "validation": self.last_eval,
             "test": {**test, **self.task.model_metrics(test, parameters)},
             "code_version": code_version(),
