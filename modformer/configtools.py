@@ -128,12 +128,17 @@ def apply_override(data: dict[str, Any], assignment: str) -> None:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError as e:
         raise ConfigError(f"override '{assignment}': cannot parse value ({e.__class__.__name__})") from None
+    set_dotted(data, key, value, f"override '{assignment}'")
+
+
+def set_dotted(data: dict[str, Any], key: str, value: Any, where: str) -> None:
+    """data[a][b][c] = value for key 'a.b.c', creating sections; `where` prefixes errors."""
     node = data
     parts = key.split(".")
     for i, part in enumerate(parts[:-1]):
         child = node.setdefault(part, {})
         if not isinstance(child, dict):
-            raise ConfigError(f"override '{assignment}': '{'.'.join(parts[: i + 1])}' is not a section")
+            raise ConfigError(f"{where}: '{'.'.join(parts[: i + 1])}' is not a section")
         node = child
     node[parts[-1]] = value
 

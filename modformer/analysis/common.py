@@ -6,15 +6,12 @@ from __future__ import annotations
 
 import contextlib
 import re
-from pathlib import Path
 from typing import Iterator
 
 import torch
 from torch import nn
 
 from ..figures import plt, save_figure  # noqa: F401  (re-exported for the analysis modules)
-from ..model.mixing import MixingMixer
-from ..model.rope import RotaryEmbedding
 
 
 @contextlib.contextmanager
@@ -41,24 +38,9 @@ def model_device(model: nn.Module) -> torch.device:
 
 
 def model_max_seq_len(model: nn.Module) -> int | None:
-    """The longest sequence the model accepts, or None if nothing in it limits the length.
-
-    `Transformer` does not record its config's max_seq_len, so the limit is read off the
-    parts that have one: RoPE tables, learned position tables and MixiT mixing matrices
-    (the shortest wins). A `max_seq_len` attribute on the model, if present, is used too.
-    """
-    limits = []
-    if isinstance(getattr(model, "max_seq_len", None), int):
-        limits.append(model.max_seq_len)
-    positions = getattr(model, "positions", None)
-    if isinstance(positions, nn.Embedding):
-        limits.append(positions.num_embeddings)
-    for module in model.modules():
-        if isinstance(module, RotaryEmbedding):
-            limits.append(module.cos.shape[0])
-        elif isinstance(module, MixingMixer):
-            limits.append(module.mixing.shape[-1])
-    return min(limits) if limits else None
+    """The longest sequence the model accepts (its `max_seq_len`), or None if it has no limit."""
+    limit = getattr(model, "max_seq_len", None)
+    return limit if isinstance(limit, int) else None
 
 
 def random_tokens(batch: int, length: int, vocab_size: int, generator: torch.Generator) -> torch.Tensor:

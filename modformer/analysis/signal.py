@@ -119,10 +119,7 @@ def signal_propagation(variants: Sequence[str] = DEFAULT_VARIANTS, depths: Seque
             cfg = _model_config(variant, depth, width, heads, vocab_size, seq_len, model_options)
             per_seed = []  # per seed: (blocks captured, len(MEASURES)), blocks in order
             for seed in range(seeds):
-                # build_model's module constructors draw default inits from torch's global RNG
-                # before overwriting them from `seed`; fork it so this sweep leaves it untouched.
-                with torch.random.fork_rng(devices=[]):
-                    model = build_model(cfg, seed)
+                model = build_model(cfg, seed)
                 tokens = random_tokens(batch, seq_len, vocab_size, torch.Generator().manual_seed(seed))
                 pattern = "blocks.*.resid_post" if all_layers else f"blocks.{depth - 1}.resid_post"
                 with evaluating(model), capture(model, pattern) as acts:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..config import RunConfig, config_from_dict, read_yaml
-from ..configtools import apply_override, from_dict, option
+from ..configtools import apply_override, from_dict, option, set_dotted, to_dict
 from ..errors import ConfigError
 
 
@@ -92,24 +92,12 @@ class Sweep:
                     data.setdefault("model", {})["variant"] = variant
                     data.setdefault("train", {})["seed"] = seed
                     for key, value in point:
-                        _set(data, key, value)
+                        set_dotted(data, key, value, f"sweep.grid.{key}")
                     out.append(RunSpec(variant, point, seed, config_from_dict(data)))
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        from ..configtools import to_dict
-
         return {**copy.deepcopy(self.base), "sweep": to_dict(self.spec)}
-
-
-def _set(data: dict[str, Any], key: str, value: Any) -> None:
-    node = data
-    parts = key.split(".")
-    for part in parts[:-1]:
-        node = node.setdefault(part, {})
-        if not isinstance(node, dict):
-            raise ConfigError(f"sweep.grid.{key}: '{part}' is not a section")
-    node[parts[-1]] = value
 
 
 def load_sweep(path: str | Path, overrides: Sequence[str] = ()) -> Sweep:

@@ -46,6 +46,14 @@ class Batch:
     def __len__(self) -> int:
         return self.inputs.shape[0]
 
+    @classmethod
+    def from_numpy(cls, inputs: np.ndarray | torch.Tensor, targets: np.ndarray | torch.Tensor,
+                   slices: dict[str, np.ndarray]) -> "Batch":
+        as_tensor = lambda a: a if isinstance(a, torch.Tensor) else torch.from_numpy(  # noqa: E731
+            np.ascontiguousarray(a, dtype=np.int64))
+        return cls(as_tensor(inputs).contiguous(), as_tensor(targets).contiguous(),
+                   {k: torch.from_numpy(np.asarray(v, dtype=np.int64)) for k, v in slices.items()})
+
     def to(self, device: torch.device | str) -> "Batch":
         return Batch(self.inputs.to(device), self.targets.to(device),
                      {k: v.to(device) for k, v in self.slices.items()})
@@ -81,7 +89,7 @@ class Task:
         seqs_t = torch.from_numpy(np.ascontiguousarray(seqs, dtype=np.int64))
         inputs, targets = seqs_t[:, :-1], seqs_t[:, 1:].clone()
         targets[~self.target_mask(inputs, targets)] = IGNORE
-        return Batch(inputs.contiguous(), targets, {k: torch.from_numpy(v.astype(np.int64)) for k, v in slices.items()})
+        return Batch.from_numpy(inputs, targets, slices)
 
     def target_mask(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return torch.ones_like(targets, dtype=torch.bool)

@@ -141,4 +141,4 @@ class KHop(Task):
         inputs = seqs_t[:, :L + 1].contiguous()
         targets = torch.full_like(inputs, IGNORE)
         targets[:, 1:] = seqs_t[:, L + 1:]
-        return Batch(inputs, targets, {k: torch.from_numpy(v.astype(np.int64)) for k, v in slices.items()})
+        return Batch.from_numpy(inputs, targets, slices)

@@ -39,7 +39,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from ..configtools import option
 from ..errors import ConfigError
@@ -151,5 +150,4 @@ class MQAR(Task):
         code = np.arange(len(seqs))[:, None] * (self.vocab_size + 1) + 1
         is_key = np.isin(code + inputs, code + row_keys)  # membership within the same row only
         targets[in_context | ~is_key] = IGNORE
-        return Batch(torch.from_numpy(inputs.copy()), torch.from_numpy(targets),
-                     {k: torch.from_numpy(v.astype(np.int64)) for k, v in slices.items()})
+        return Batch.from_numpy(inputs, targets, slices)

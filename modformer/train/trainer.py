@@ -24,7 +24,6 @@ from tqdm import tqdm
 
 from ..analysis.induction import induction_scores, plot_induction_scores
 from ..config import RunConfig, config_from_dict
-from ..configtools import to_dict
 from ..errors import CheckpointError, ConfigError, Interrupted, ModformerError, TrainingDiverged
 from ..evaluate import autocast, evaluate
 from ..registry import TASKS
