@@ -114,3 +114,31 @@ def test_settings_are_chosen_on_validation_over_complete_seeds():
     }
     assert choose(groups, "accuracy", "max", seeds=3) == {"a": "lr=1"}
     assert choose(groups, "accuracy", "min", seeds=3) == {"a": "lr=2"}
+
+
+def test_interrupted_sweep_stops_its_runs_and_continues_later(tmp_path):
+    """SIGINT to a sweep started in the background (SIGINT ignored, as nohup leaves it):
+    the running trainings save and stop, nothing new starts, and the same command finishes."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    data = {**SWEEP, "train": {**SWEEP["train"], "steps": 400, "checkpoint_every": 50}}
+    data["sweep"] = {**SWEEP["sweep"], "variants": ["standard"], "grid": {}, "seeds": [0, 1, 2]}
+    path = write(tmp_path, data)
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "modformer.cli", "sweep", str(path), "--out", str(out)]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    deadline = time.time() + 120
+    while not list(out.glob("runs/*/*/seed*/checkpoints/step_*")) and time.time() < deadline:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2 and "run the same command again" in err
+    assert "start  standard/default/seed2" not in err  # nothing started after the signal
+    assert len(read_results(out)) < 3
+    finished = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert finished.returncode == 0, finished.stderr
+    assert len(read_results(out)) == 3

@@ -41,6 +41,10 @@ def read_results(sweep_dir: Path) -> dict[str, dict[str, Any]]:
     return {r["run_id"]: r for r in read_records(path)} if path.exists() else {}
 
 
+def _raise_keyboard_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
 class SweepRunner:
     def __init__(self, sweep: Sweep, out: str | Path, *, echo: Callable[[str], None] | None = None):
         self.sweep = sweep
@@ -98,13 +102,16 @@ class SweepRunner:
         atomic_write_text(cfg_path, yaml.safe_dump(config, sort_keys=False))
         # --resume also covers a run killed before its first checkpoint: it starts over.
         cmd = [sys.executable, "-m", "modformer.cli", "train", str(cfg_path), "--out", str(run_dir), "--resume"]
-        self.echo(f"start  {run.run_id}")
         with open(log_path, "a") as log:
-            # Own process group: a Ctrl-C reaches the children through `stop`, once, so
-            # each saves a checkpoint instead of dying twice.
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                    env={**os.environ, "OMP_NUM_THREADS": str(config["train"]["threads"])})
+            # Started under the lock that `stop` takes: a run is either never started or
+            # registered in time to be asked to stop. Own session: a Ctrl-C reaches the
+            # children only through `stop`, once, so each saves a checkpoint.
             with self._lock:
+                if self._stopping:
+                    return
+                self.echo(f"start  {run.run_id}")
+                proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                        env={**os.environ, "OMP_NUM_THREADS": str(config["train"]["threads"])})
                 self._children.add(proc)
             code = proc.wait()
             with self._lock:
@@ -122,8 +129,8 @@ class SweepRunner:
             self.echo(f"FAILED {run.run_id} (exit {code}): {tail[0]}  [log: {log_path}]")
 
     def stop(self) -> None:
-        self._stopping = True
         with self._lock:
+            self._stopping = True
             for proc in self._children:
                 if proc.poll() is None:
                     proc.send_signal(signal.SIGINT)
@@ -148,9 +155,11 @@ class SweepRunner:
                   f"{len(todo)} to train with {workers} worker(s) of {threads} thread(s)")
         pool = ThreadPoolExecutor(max_workers=workers)
         futures = [pool.submit(self._train, run, threads) for run in todo]
-        previous = None
+        # Explicit handlers: a sweep started in the background inherits an ignored SIGINT.
+        previous = {}
         if threading.current_thread() is threading.main_thread():
-            previous = signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt))
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                previous[sig] = signal.signal(sig, _raise_keyboard_interrupt)
         try:
             for future in futures:
                 future.result()
@@ -160,8 +169,8 @@ class SweepRunner:
             pool.shutdown(wait=True, cancel_futures=True)
             raise ModformerError(f"sweep interrupted; run the same command again to continue {self.out}") from None
         finally:
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
         pool.shutdown(wait=True)
         results = read_results(self.out)
         failed = [k for k, r in results.items() if r["status"] == "failed"]
