@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from ..configtools import option
 from ..errors import ConfigError
+from .knowledge import KnowledgeConfig
 
 
 @dataclass
@@ -46,6 +47,8 @@ class ModelConfig:
     tie_embeddings: bool = option(False, "share the token embedding with the output head")
     init_std: float = option(0.02, "std of the normal init of linear and embedding weights")
     mixing: MixingConfig = option(default_factory=MixingConfig, help="options of the mixing (MixiT) mixer")
+    knowledge: KnowledgeConfig = option(default_factory=KnowledgeConfig,
+                                        help="the shared knowledge base and its readers (the knowledge variant)")
     freeze: list[str] = option(
         default_factory=list,
         help="extra parameter-name glob patterns to freeze, on top of the variant's (e.g. 'blocks.0.*')",

@@ -72,3 +72,34 @@ class ShapedLeakyReLUFFN(nn.Module):
 @FFNS.register("shaped_leaky_relu")
 def build_shaped_leaky_relu(cfg: ModelConfig) -> ShapedLeakyReLUFFN:
     return ShapedLeakyReLUFFN(cfg.d_model, cfg.ffn_dim, bias=cfg.ffn_bias)
+
+
+class ActivationFFN(nn.Module):
+    """down(act(up(x))) for a pointwise activation by name: gelu (exact, erf) or silu.
+
+    The form a folded knowledge layer with one of these activations takes (with biases).
+    """
+
+    ACTIVATIONS = {"gelu": F.gelu, "silu": F.silu}
+
+    def __init__(self, d_model: int, d_ff: int, activation: str, bias: bool = False):
+        super().__init__()
+        if activation not in self.ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(self.ACTIVATIONS)}, got {activation!r}")
+        self.activation = activation
+        self.up_proj = nn.Linear(d_model, d_ff, bias=bias)
+        self.down_proj = nn.Linear(d_ff, d_model, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x: (..., d_model) -> (..., d_model)."""
+        return self.down_proj(self.ACTIVATIONS[self.activation](self.up_proj(x)))
+
+
+@FFNS.register("gelu")
+def build_gelu(cfg: ModelConfig) -> ActivationFFN:
+    return ActivationFFN(cfg.d_model, cfg.ffn_dim, "gelu", bias=cfg.ffn_bias)
+
+
+@FFNS.register("silu")
+def build_silu(cfg: ModelConfig) -> ActivationFFN:
+    return ActivationFFN(cfg.d_model, cfg.ffn_dim, "silu", bias=cfg.ffn_bias)

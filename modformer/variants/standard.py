@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
+from torch import nn
+
 from ..model.block import Block
 from ..model.config import ModelConfig
 from ..model.transformer import Transformer
@@ -9,9 +13,12 @@ from ..registry import FFNS, MIXERS, VARIANTS
 from .base import Variant
 
 
-def build_decoder(cfg: ModelConfig, *, mixer: str | None = None, ffn: str | None = None) -> Transformer:
-    """Blocks of the given (default: configured) mixer and feed-forward module, pre-norm RMSNorm."""
-    mixer_factory, ffn_factory = MIXERS[mixer or cfg.mixer], FFNS[ffn or cfg.ffn]
+def build_decoder(cfg: ModelConfig, *, mixer: str | None = None,
+                  ffn: str | Callable[[ModelConfig], nn.Module] | None = None) -> Transformer:
+    """Blocks of the given (default: configured) mixer and feed-forward module, pre-norm
+    RMSNorm. `ffn` is a registered name or a factory called once per block."""
+    mixer_factory = MIXERS[mixer or cfg.mixer]
+    ffn_factory = ffn if callable(ffn) else FFNS[ffn or cfg.ffn]
     blocks = [
         Block(cfg.d_model, mixer_factory(cfg), ffn_factory(cfg), norm_eps=cfg.norm_eps,
               residual_scale=cfg.residual_scale)

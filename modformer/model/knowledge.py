@@ -1,0 +1,194 @@
+"""Knowledge as cross-attention over one base shared by every layer (arXiv 2501.00823).
+
+A `KnowledgeBase` E holds n_E entries of width d_E. Each block's feed-forward slot holds a
+`KnowledgeFFN` that reads it, with H the block's (normed) input:
+
+    S   = act( (H W_Q) (E W_K)^T / sqrt(d_k) + b1(E) )     # (B, T, n_E), hook point `scores`
+    out = S (E W_V) + b2                                    # (B, T, d)
+
+b1(E) in R^{n_E} is a per-entry threshold computed from E by a small per-layer network and
+broadcast over tokens (the paper's N x n_E form cannot fold into an FFN). With E fixed this
+is exactly an FFN (see `modformer.knowledge.fold`). The gated form (`swiglu`) has separate
+queries, keys and thresholds for gate and up: S = silu(gate scores) * (up scores).
+
+E is registered once, on the model (`knowledge.entries`); the layers reach it through a
+reference that is not a submodule, so state dicts, checkpoints and optimizers see one
+tensor, and `.to()`, `.double()` and `load_state_dict` (also with `assign=True`) keep every
+layer reading the model's E. A layer used on its own must be moved together with its base.
+This module does not import `config.py` (which imports `KnowledgeConfig` from here).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..configtools import option
+from ..errors import ConfigError
+from .hooks import HookPoint
+
+# act(*pre-activation scores) -> S; the gated form takes (gate, up), in `_READS` order.
+_ACTIVATIONS = {
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "silu": F.silu,
+    "swiglu": lambda gate, up: F.silu(gate) * up,
+}
+_READS = {"relu": ("up",), "gelu": ("up",), "silu": ("up",), "swiglu": ("gate", "up")}
+THRESHOLDS = ("mlp", "linear", "none")
+
+
+@dataclass
+class KnowledgeConfig:
+    """The `model.knowledge` section: the shared base and the knowledge layers that read it."""
+
+    n_entries: int | None = option(None, "entries n_E in the shared knowledge base E; null: the feed-forward "
+                                         "width (model.d_ff), so that E indexes as many units as an FFN has")
+    d_entry: int | None = option(None, "width d_E of each entry; null: model.d_model")
+    d_key: int | None = option(None, "width d_k of queries and keys; null: d_entry")
+    activation: str = option("relu", "act on the scores: relu (the paper's), gelu, silu, or swiglu "
+                                     "(silu(gate scores) * up scores, the gated form of Llama's MLP)")
+    threshold: str = option("mlp", "per-entry threshold b1(E): mlp (Linear-GELU-Linear on each entry), linear "
+                                   "(one Linear on each entry), none (a learned bias per entry, not a function of E)")
+    threshold_hidden: int = option(16, "hidden width of the mlp threshold network")
+
+    def __post_init__(self) -> None:
+        for key in ("n_entries", "d_entry", "d_key"):
+            value = getattr(self, key)
+            if value is not None and value < 1:
+                raise ConfigError(f"model.knowledge.{key} must be positive or null, got {value}")
+        if self.threshold_hidden < 1:
+            raise ConfigError(f"model.knowledge.threshold_hidden must be positive, got {self.threshold_hidden}")
+        if self.activation not in _ACTIVATIONS:
+            raise ConfigError(f"model.knowledge.activation must be one of {', '.join(_ACTIVATIONS)}, "
+                              f"got {self.activation!r}")
+        if self.threshold not in THRESHOLDS:
+            raise ConfigError(f"model.knowledge.threshold must be one of {', '.join(THRESHOLDS)}, "
+                              f"got {self.threshold!r}")
+
+    def sizes(self, d_model: int, d_ff: int) -> tuple[int, int, int]:
+        """(n_E, d_E, d_k) with the nulls resolved against the model's widths."""
+        d_entry = self.d_entry or d_model
+        return self.n_entries or d_ff, d_entry, self.d_key or d_entry
+
+
+class KnowledgeBase(nn.Module):
+    """E: one parameter `entries`, (n_E, d_E). Register it once, on the model."""
+
+    def __init__(self, n_entries: int, d_entry: int):
+        super().__init__()
+        # Zeros, not a random draw: `init_parameters` sets the values from a seeded generator.
+        self.entries = nn.Parameter(torch.zeros(n_entries, d_entry))
+
+    @property
+    def n_entries(self) -> int:
+        return self.entries.shape[0]
+
+    @property
+    def d_entry(self) -> int:
+        return self.entries.shape[1]
+
+    def init_parameters(self, std: float, generator: torch.Generator) -> None:
+        # Unit-scale entries (std ignored): W_K and W_V then read E as the other linear layers
+        # read RMS-normed hidden states, and E W_K starts at the scale of H W_Q.
+        with torch.no_grad():
+            self.entries.normal_(0.0, 1.0, generator=generator)
+
+    def extra_repr(self) -> str:
+        return f"n_entries={self.n_entries}, d_entry={self.d_entry}"
+
+
+class EntryThreshold(nn.Sequential):
+    """b1(E): a small network applied to each entry, (n_E, d_E) -> (n_E,)."""
+
+    def forward(self, entries: torch.Tensor) -> torch.Tensor:
+        return super().forward(entries).squeeze(-1)
+
+
+class BroadcastBias(nn.Module):
+    """b1 as a plain learned bias per entry (`threshold=none`), ignoring E: the baseline that
+    the paper's E-dependent threshold is compared against. (n_E, d_E) -> (n_E,)."""
+
+    def __init__(self, n_entries: int):
+        super().__init__()
+        self.bias = nn.Parameter(torch.zeros(n_entries))
+
+    def forward(self, entries: torch.Tensor) -> torch.Tensor:
+        return self.bias
+
+
+def make_threshold(kind: str, n_entries: int, d_entry: int, hidden: int) -> nn.Module:
+    """A threshold module of kind mlp, linear or none, mapping E (n_E, d_E) to b1 (n_E,)."""
+    if kind == "mlp":
+        return EntryThreshold(nn.Linear(d_entry, hidden), nn.GELU(), nn.Linear(hidden, 1))
+    if kind == "linear":
+        return EntryThreshold(nn.Linear(d_entry, 1))
+    if kind == "none":
+        return BroadcastBias(n_entries)
+    raise ValueError(f"threshold must be one of {THRESHOLDS}, got {kind!r}")
+
+
+class KnowledgeRead(nn.Module):
+    """One read's pre-activation scores: (H W_Q) (E W_K)^T / sqrt(d_k) + b1(E)."""
+
+    def __init__(self, d_model: int, n_entries: int, d_entry: int, d_key: int, threshold: str, threshold_hidden: int):
+        super().__init__()
+        self.q_proj = nn.Linear(d_model, d_key, bias=False)
+        self.k_proj = nn.Linear(d_entry, d_key, bias=False)
+        self.threshold = make_threshold(threshold, n_entries, d_entry, threshold_hidden)
+        self.scale = 1.0 / math.sqrt(d_key)
+
+    def forward(self, h: torch.Tensor, entries: torch.Tensor) -> torch.Tensor:
+        """h (B, T, d_model), entries (n_E, d_E) -> (B, T, n_E)."""
+        # Keys and thresholds depend on E alone: computed once per call, shared by all tokens.
+        keys = self.k_proj(entries) * self.scale
+        return F.linear(self.q_proj(h), keys, self.threshold(entries))
+
+
+class KnowledgeFFN(nn.Module):
+    """A block's feed-forward slot as a read of the shared base: (B, T, d) -> (B, T, d).
+
+    Parameters: `up.{q_proj,k_proj,threshold}` (and `gate.*` for swiglu), `v_proj` (W_V,
+    d_E -> d) and `bias` (b2). The base is `self.base`, not a submodule.
+    """
+
+    def __init__(self, base: KnowledgeBase, d_model: int, *, d_key: int | None = None, activation: str = "relu",
+                 threshold: str = "mlp", threshold_hidden: int = 16):
+        super().__init__()
+        if activation not in _ACTIVATIONS:
+            raise ValueError(f"activation must be one of {tuple(_ACTIVATIONS)}, got {activation!r}")
+        n_entries, d_entry = base.entries.shape
+        self._base = (base,)  # a tuple hides it from nn.Module: E is registered only on the model
+        self.activation = activation
+        self.reads = _READS[activation]
+        for name in self.reads:
+            self.add_module(name, KnowledgeRead(d_model, n_entries, d_entry, d_key or d_entry, threshold,
+                                                threshold_hidden))
+        self.v_proj = nn.Linear(d_entry, d_model, bias=False)
+        self.bias = nn.Parameter(torch.zeros(d_model))
+        self.scores = HookPoint()
+
+    @property
+    def base(self) -> KnowledgeBase:
+        return self._base[0]
+
+    def attach(self, base: KnowledgeBase) -> None:
+        """Read `base` from now on (of the same shape as the current one)."""
+        if base.entries.shape != self.base.entries.shape:
+            raise ValueError(f"base of shape {tuple(base.entries.shape)} replaces one of "
+                             f"{tuple(self.base.entries.shape)}")
+        self._base = (base,)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        """h: (B, T, d_model) -> (B, T, d_model)."""
+        entries = self.base.entries  # read at call time, so a reloaded or moved E is seen
+        s = self.scores(_ACTIVATIONS[self.activation](*(getattr(self, r)(h, entries) for r in self.reads)))
+        return F.linear(s, self.v_proj(entries).mT, self.bias)
+
+    def extra_repr(self) -> str:
+        n_entries, d_entry = self.base.entries.shape
+        return f"activation={self.activation}, n_entries={n_entries}, d_entry={d_entry} (shared base, not a submodule)"

@@ -1,0 +1,38 @@
+"""The knowledge-base decoder (arXiv 2501.00823): every FFN is a read of ONE shared base E.
+
+The mixer stays as configured (`model.mixer`); each block's feed-forward slot is a
+`KnowledgeFFN` over the same `KnowledgeBase`, registered once on the model as `knowledge`
+(parameter `knowledge.entries`). `model.knowledge.*` sets the base and the readers;
+`model.ffn` and `model.ffn_bias` are not used (b2 is always there, as in the paper).
+Everything trains; `model.freeze=['blocks.*']` (and the other parts) leaves only E to train.
+"""
+
+from __future__ import annotations
+
+from ..model.config import ModelConfig
+from ..model.knowledge import KnowledgeBase, KnowledgeFFN
+from ..model.transformer import Transformer
+from ..registry import VARIANTS
+from .base import Variant
+from .standard import build_decoder
+
+
+def knowledge_ffn(base: KnowledgeBase, cfg: ModelConfig) -> KnowledgeFFN:
+    """One block's reader of `base`, as `model.knowledge` configures it."""
+    kc = cfg.knowledge
+    _, _, d_key = kc.sizes(cfg.d_model, cfg.ffn_dim)
+    return KnowledgeFFN(base, cfg.d_model, d_key=d_key, activation=kc.activation, threshold=kc.threshold,
+                        threshold_hidden=kc.threshold_hidden)
+
+
+def build_knowledge(cfg: ModelConfig) -> Transformer:
+    """The configured decoder with every feed-forward module replaced by a reader of one base."""
+    n_entries, d_entry, _ = cfg.knowledge.sizes(cfg.d_model, cfg.ffn_dim)
+    base = KnowledgeBase(n_entries, d_entry)
+    model = build_decoder(cfg, ffn=lambda c: knowledge_ffn(base, c))
+    model.add_module("knowledge", base)  # the one place E is registered
+    return model
+
+
+VARIANTS.register("knowledge")(Variant(
+    build_knowledge, description="every FFN is cross-attention over one shared knowledge base (model.knowledge.*)"))
