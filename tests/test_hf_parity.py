@@ -88,3 +88,12 @@ def test_non_default_rope_is_refused():
     config = transformers.LlamaConfig(rope_parameters={"rope_type": "linear", "rope_theta": 1e4, "factor": 2.0})
     with pytest.raises(ConfigError, match="linear"):
         config_from_hf(config)
+
+
+@pytest.mark.parametrize("variant", ["mixit", "knowledge"])
+def test_models_without_a_llama_form_are_refused(variant):
+    from modformer.errors import ModformerError
+
+    cfg = ModelConfig(variant=variant, vocab_size=40, d_model=32, n_layers=1, n_heads=2, max_seq_len=16)
+    with pytest.raises(ModformerError, match="Llama needs SelfAttention and SwiGLU"):
+        to_hf_llama(build_model(cfg, seed=0), cfg)

@@ -14,7 +14,9 @@ from typing import Any
 import torch
 
 from ..errors import ConfigError, ModformerError
+from ..model.attention import SelfAttention
 from ..model.config import ModelConfig
+from ..model.feedforward import SwiGLU
 from ..model.transformer import Transformer
 from ..variants import build_model
 
@@ -109,6 +111,12 @@ def from_hf_llama(hf_model: torch.nn.Module) -> tuple[Transformer, ModelConfig]:
 
 def to_hf_llama(model: Transformer, cfg: ModelConfig) -> torch.nn.Module:
     """A `LlamaForCausalLM` holding the weights of our standard model."""
+    for i, block in enumerate(model.blocks):
+        if not isinstance(block.mixer, SelfAttention) or not isinstance(block.ffn, SwiGLU):
+            raise ModformerError(
+                f"block {i} has a {type(block.mixer).__name__} mixer and a {type(block.ffn).__name__} feed-forward "
+                f"module; Llama needs SelfAttention and SwiGLU (a knowledge model converts after "
+                f"modformer.knowledge.fold_model)")
     transformers = _transformers()
     hf_model = transformers.LlamaForCausalLM(hf_config_from(cfg))
     theirs = hf_model.state_dict()
