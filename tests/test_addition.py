@@ -7,6 +7,7 @@ from modformer.config import load_config
 from modformer.errors import ConfigError
 from modformer.tasks.addition import Addition, AdditionConfig
 from modformer.tasks.base import IGNORE
+from task_contract import check_stream_is_pure_and_never_emits_held_out, check_test_set_is_fixed_by_its_seed
 
 PLUS, EQUALS, PAD, STOP = 10, 11, 12, 30
 
@@ -91,26 +92,12 @@ def test_loss_positions(mode):
 
 
 def test_training_stream_is_a_pure_function_and_excludes_the_test_set():
-    cfg = AdditionConfig(n_digits=2, test_size=2000, validation_size=1000)  # of 8100 pairs: many rejects
-    a, b = Addition(cfg), Addition(cfg)
-    first, again = a.train_batch(7, 11, 256), b.train_batch(7, 11, 256)
-    assert torch.equal(first.inputs, again.inputs) and torch.equal(first.targets, again.targets)
-    assert all(torch.equal(first.slices[k], again.slices[k]) for k in first.slices)
-    assert not torch.equal(first.inputs, a.train_batch(7, 12, 256).inputs)
-    # The last token of a full sequence is always padding or stop, so inputs identify it.
-    held_out = {tuple(row) for split in (a.test_set(), a.validation_set()) for row in split.inputs.tolist()}
-    assert len(held_out) == len(a.test_set()) + len(a.validation_set())  # distinct, and disjoint
-    for step in range(20):
-        batch = a.train_batch(0, step, 256)
-        assert len(batch) == 256
-        assert not any(tuple(row) in held_out for row in batch.inputs.tolist())
+    # A small example space, so that the stream has many held-out examples to reject.
+    check_stream_is_pure_and_never_emits_held_out(lambda: Addition(AdditionConfig(n_digits=2, test_size=2000, validation_size=1000)))
 
 
 def test_test_set_is_fixed_by_its_seed():
-    a = Addition(AdditionConfig(n_digits=5, test_size=500)).test_set()
-    b = Addition(AdditionConfig(n_digits=5, test_size=500)).test_set()
-    c = Addition(AdditionConfig(n_digits=5, test_size=500, test_seed=9)).test_set()
-    assert torch.equal(a.inputs, b.inputs) and not torch.equal(a.inputs, c.inputs)
+    check_test_set_is_fixed_by_its_seed(lambda seed: Addition(AdditionConfig(n_digits=5, test_size=500, test_seed=seed)))
 
 
 def metrics(task, logits, batch):

@@ -6,6 +6,7 @@ from modformer.config import config_from_dict
 from modformer.errors import ConfigError
 from modformer.tasks.base import IGNORE
 from modformer.tasks.khop import KHop, KHopConfig
+from task_contract import check_stream_is_pure_and_never_emits_held_out
 
 
 def reference_hop(s, k):
@@ -90,17 +91,7 @@ def test_fixed_k():
 def test_training_stream_is_a_pure_function_and_excludes_the_held_out_sets():
     # 3 * 2^5 strings x 2 hop counts = 192 rows: many collisions for the stream to reject.
     cfg = KHopConfig(length=6, letters=3, max_hops=1, test_size=60, validation_size=40)
-    a, b = KHop(cfg), KHop(cfg)
-    first, again = a.train_batch(7, 11, 128), b.train_batch(7, 11, 128)
-    assert torch.equal(first.inputs, again.inputs) and torch.equal(first.targets, again.targets)
-    assert not torch.equal(first.inputs, a.train_batch(7, 12, 128).inputs)
-    test = {tuple(row) for row in a.test_set().inputs.tolist()}
-    val = {tuple(row) for row in a.validation_set().inputs.tolist()}
-    assert len(test) == len(a.test_set()) and len(val) == len(a.validation_set()) and not test & val
-    for step in range(20):
-        batch = a.train_batch(0, step, 128)
-        assert len(batch) == 128
-        assert not any(tuple(row) in test or tuple(row) in val for row in batch.inputs.tolist())
+    check_stream_is_pure_and_never_emits_held_out(lambda: KHop(cfg), batch_size=128)
 
 
 def test_test_set_is_fixed_by_its_seed():

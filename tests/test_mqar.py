@@ -6,6 +6,7 @@ from modformer.config import config_from_dict
 from modformer.errors import ConfigError
 from modformer.tasks.base import IGNORE
 from modformer.tasks.mqar import MQAR, MQARConfig, distinct, skip_taken
+from task_contract import check_stream_is_pure_and_never_emits_held_out
 
 
 def decode(row, n, V):
@@ -104,20 +105,10 @@ def test_distinct_draws_and_skipping():
 
 
 def test_training_stream_is_a_pure_function_and_excludes_the_held_out_sets():
-    # 3 keys, 4 values, few gaps: 180 possible rows, so many collisions to reject.
+    # 3 keys, 4 values, few gaps: 180 possible rows, so many collisions to reject. With noise
+    # off the last full token is filler 0, so inputs identify rows.
     cfg = MQARConfig(vocab_size=8, seq_len=8, kv_pairs=(1, 2), noise=False, test_size=60, validation_size=40)
-    a, b = MQAR(cfg), MQAR(cfg)
-    first, again = a.train_batch(7, 11, 128), b.train_batch(7, 11, 128)
-    assert torch.equal(first.inputs, again.inputs) and torch.equal(first.targets, again.targets)
-    assert not torch.equal(first.inputs, a.train_batch(7, 12, 128).inputs)
-    # The last full token is filler 0 with noise off, so inputs identify rows.
-    test = {tuple(r) for r in a.test_set().inputs.tolist()}
-    val = {tuple(r) for r in a.validation_set().inputs.tolist()}
-    assert len(test) == len(a.test_set()) and not test & val
-    for step in range(20):
-        batch = a.train_batch(0, step, 128)
-        assert len(batch) == 128
-        assert not any(tuple(r) in test or tuple(r) in val for r in batch.inputs.tolist())
+    check_stream_is_pure_and_never_emits_held_out(lambda: MQAR(cfg), batch_size=128)
 
 
 def test_test_set_is_fixed_by_its_seed():

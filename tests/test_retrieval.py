@@ -4,6 +4,7 @@ import torch
 
 from modformer.tasks.base import IGNORE
 from modformer.tasks.retrieval import Retrieval, RetrievalConfig
+from task_contract import check_test_set_is_fixed_by_its_seed
 
 
 def decode(seq, N, half=256):
@@ -55,10 +56,7 @@ def test_training_stream_is_a_pure_function_and_excludes_the_test_set():
             assert (*row, 0) not in held_out
 
 def test_test_set_is_fixed_by_its_seed():
-    a = Retrieval(RetrievalConfig(n_pairs=8, test_size=500)).test_set()
-    b = Retrieval(RetrievalConfig(n_pairs=8, test_size=500)).test_set()
-    c = Retrieval(RetrievalConfig(n_pairs=8, test_size=500, test_seed=9)).test_set()
-    assert torch.equal(a.inputs, b.inputs) and not torch.equal(a.inputs, c.inputs)
+    check_test_set_is_fixed_by_its_seed(lambda seed: Retrieval(RetrievalConfig(n_pairs=8, test_size=500, test_seed=seed)))
 
 
 def test_validation_and_test_sets_are_disjoint_and_never_trained_on():
