@@ -11,16 +11,15 @@ from pathlib import Path
 from . import variants as _variants  # noqa: F401  (registers the variants)
 from .analysis import add_signal_command
 from .config import RunConfig, config_from_dict, load_config
-from .configtools import apply_override, describe
+from .configtools import describe
 from .errors import Interrupted, ModformerError
-from .evaluate import evaluate
+from .evaluate import evaluate, load_checkpoint_model
+from .knowledge.convert import convert
 from .registry import FFNS, MIXERS, TASKS, VARIANTS
 from .sweep.report import write_report
 from .sweep.runner import SweepRunner
 from .sweep.spec import SweepConfig, load_sweep
-from .train.checkpoint import list_checkpoints, load_model_state, read_checkpoint
 from .train.trainer import Trainer
-from .variants import build_model
 
 
 def _config_help() -> str:
@@ -69,27 +68,13 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    path = Path(args.checkpoint)
-    if path.is_dir():
-        found = list_checkpoints(path / "checkpoints")
-        if not found:
-            raise ModformerError(f"no checkpoint under {path / 'checkpoints'}")
-        path = found[-1][1]
-    ckpt = read_checkpoint(path)
-    data = ckpt.meta.get("config")
-    if not isinstance(data, dict):
-        raise ModformerError(f"{path} records no config; it was not written by `modformer train`")
-    for assignment in args.overrides:
-        apply_override(data, assignment)
+    model, data, step = load_checkpoint_model(Path(args.checkpoint), args.overrides)
     cfg = config_from_dict(data)
-    model = build_model(cfg.model, cfg.train.seed)
-    load_model_state(model, ckpt.model, path)
     task = TASKS[cfg.task.name](cfg.task)
     result = evaluate(model, task, batch_size=cfg.train.eval_batch_size, precision=cfg.train.precision)
     result.update(task.model_metrics(result, model.parameter_counts()))
-    summary = {"variant": cfg.model.variant, "task": cfg.task.name, "seed": cfg.train.seed, "step": ckpt.step,
-               "parameters": model.parameter_counts(),
-               "test": result}
+    summary = {"variant": cfg.model.variant, "task": cfg.task.name, "seed": cfg.train.seed, "step": step,
+               "parameters": model.parameter_counts(), "test": result}
     print(json.dumps(summary, indent=2) if args.json else format_results(summary))
     return 0
 
@@ -108,6 +93,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     path = write_report(Path(args.sweep_dir))
     print(path.read_text() if args.print else f"report: {path}")
+    return 0
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    result = convert(args.source, args.to, args.out, threshold=args.threshold)
+    print(f"converted {result['source']} to the {result['to']} form: {result['out']}\n"
+          f"parameters {result['parameters_before']:,} -> {result['parameters_after']:,}; largest logit "
+          f"difference on random tokens (float64, weights stored in float32): {result['max_logit_difference']:.3g}")
     return 0
 
 
@@ -163,6 +156,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_signal_command(sub)
 
+    cv = sub.add_parser(
+        "convert", help="write a model's FFNs as reads of one knowledge base, or fold them back",
+        description="Convert a modformer checkpoint (or run directory), or a local Hugging Face Llama-family "
+                    "folder, to the knowledge form (every FFN a read of one shared base E = I, exact) or back "
+                    "to ordinary FFNs. Writes a checkpoint and prints the largest logit difference it measured.")
+    cv.add_argument("source", help="checkpoint file, run directory, or Hugging Face model folder")
+    cv.add_argument("--to", required=True, choices=["knowledge", "ffn"], help="the form to convert to")
+    cv.add_argument("--out", required=True, help="checkpoint file to write")
+    cv.add_argument("--threshold", default="linear", choices=["linear", "mlp", "none"],
+                    help="threshold network of the knowledge layers (--to knowledge)")
+    cv.set_defaults(func=cmd_convert)
+
     ls = sub.add_parser("list", help="list the registered variants, parts and tasks")
     ls.set_defaults(func=cmd_list)
     return parser
@@ -185,6 +190,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("modformer: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # output piped into `head` and the like
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import contextlib
 from collections import defaultdict
+from pathlib import Path
+from typing import Any, Sequence
 
 import torch
 from torch import nn
 
+from .config import config_from_dict
+from .configtools import apply_override
+from .errors import ModformerError
 from .tasks.base import Batch, Task
+from .train.checkpoint import list_checkpoints, load_model_state, read_checkpoint
+from .variants import build_model
 
 
 def autocast(device: torch.device, precision: str):
@@ -59,3 +66,29 @@ def evaluate(model: nn.Module, task: Task, *, batch_size: int = 1000, precision:
             for name, values in per_slice.items()
         },
     }
+
+
+def checkpoint_file(path: Path) -> Path:
+    """A checkpoint file, or a run directory's latest checkpoint."""
+    if path.is_dir() and (path / "checkpoints").is_dir():
+        found = list_checkpoints(path / "checkpoints")
+        if not found:
+            raise ModformerError(f"no checkpoint under {path / 'checkpoints'}")
+        return found[-1][1]
+    return path
+
+
+def load_checkpoint_model(path: str | Path, overrides: Sequence[str] = ()) -> tuple[nn.Module, dict[str, Any], int]:
+    """(model, run config as plain data, step) of a modformer checkpoint or run directory;
+    `overrides` (dotted `key=value`) change the recorded config first, e.g. the test size."""
+    path = checkpoint_file(Path(path))
+    ckpt = read_checkpoint(path)
+    data = ckpt.meta.get("config")
+    if not isinstance(data, dict):
+        raise ModformerError(f"{path} records no config; it was not written by modformer")
+    for assignment in overrides:
+        apply_override(data, assignment)
+    cfg = config_from_dict(data)
+    model = build_model(cfg.model, cfg.train.seed)
+    load_model_state(model, ckpt.model, path)
+    return model, cfg.to_dict(), ckpt.step

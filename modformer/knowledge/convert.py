@@ -1,0 +1,78 @@
+"""`modformer convert`: a trained model to the knowledge form and back, logits unchanged.
+
+Sources: a modformer checkpoint (or a run directory, whose latest checkpoint is taken), or
+a local Hugging Face Llama-family model folder (one with a config.json). The result is a
+modformer checkpoint holding the converted model and its config (the rest of the run
+config kept), which `modformer eval` and `load_checkpoint_model` read. The command checks
+its own work: it prints the largest logit difference between the model before and after,
+on random tokens, in float64.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..config import config_from_dict
+from ..configtools import to_dict
+from ..errors import ModformerError
+from ..model.transformer import Transformer
+from ..evaluate import load_checkpoint_model
+from ..train.checkpoint import load_model_state, save_checkpoint
+from ..variants import build_model
+from .fold import fold_model, folded_config, unfold_model, unfolded_config
+
+TARGETS = ("knowledge", "ffn")
+
+
+def _load_source(source: Path) -> tuple[Transformer, dict[str, Any], int]:
+    if (source / "config.json").is_file():
+        from ..interop.hf_llama import from_hf_llama, load_hf_llama
+
+        model, model_cfg = from_hf_llama(load_hf_llama(source))
+        return model, {"model": to_dict(model_cfg)}, 0
+    if not source.exists():
+        raise ModformerError(f"{source} does not exist")
+    return load_checkpoint_model(source)
+
+
+def max_logit_difference(a: Transformer, b: Transformer, seq_len: int, seed: int = 0) -> float:
+    """Largest |logit| difference on 4 random sequences, both models in float64 on the CPU."""
+    gen = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(0, a.vocab_size, (4, seq_len), generator=gen)
+    a64 = a.to(dtype=torch.float64).eval()
+    b64 = b.to(dtype=torch.float64).eval()
+    with torch.no_grad():
+        diff = (a64(tokens) - b64(tokens)).abs().max().item()
+    a.float(), b.float()
+    return diff
+
+
+def convert(source: str | Path, to: str, out: str | Path, *, threshold: str = "linear") -> dict[str, Any]:
+    """Convert `source` to the knowledge form (`to="knowledge"`) or back to FFNs (`to="ffn"`);
+    write a checkpoint to `out`; return what was done, with the measured logit difference."""
+    if to not in TARGETS:
+        raise ModformerError(f"--to must be one of {', '.join(TARGETS)}, got '{to}'")
+    source, out = Path(source), Path(out)
+    model, data, step = _load_source(source)
+    cfg = config_from_dict(data).model
+    if to == "knowledge":
+        converted, new_cfg = unfold_model(model, threshold=threshold), unfolded_config(cfg, threshold=threshold)
+    else:
+        if not hasattr(model, "knowledge"):
+            raise ModformerError(f"{source} has no knowledge layers to fold")
+        converted, new_cfg = fold_model(model), folded_config(cfg)
+    new_data = {**data, "model": to_dict(new_cfg)}
+    check = build_model(config_from_dict(new_data).model, seed=0)
+    load_model_state(check, converted.state_dict(), "the converted model")  # it loads as its config says
+    difference = max_logit_difference(model, converted, seq_len=min(cfg.max_seq_len or 64, 64))
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ModformerError(f"cannot write to {out.parent}: {e.strerror or e}") from None
+    save_checkpoint(out, step, converted, None, {"config": new_data, "converted_from": str(source)})
+    return {"source": str(source), "to": to, "out": str(out), "max_logit_difference": difference,
+            "parameters_before": sum(p.numel() for p in model.parameters()),
+            "parameters_after": sum(p.numel() for p in converted.parameters())}

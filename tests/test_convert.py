@@ -1,0 +1,64 @@
+"""`modformer convert`: checkpoints and Hugging Face folders to the knowledge form and back."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from modformer.config import load_config
+from modformer.knowledge.convert import convert, load_checkpoint_model
+from modformer.train.checkpoint import save_checkpoint
+from modformer.variants import build_model
+
+
+def saved_model(tmp_path, *overrides):
+    cfg = load_config(None, ["model.d_model=32", "model.n_heads=2", "task.n_pairs=3", *overrides])
+    model = build_model(cfg.model, seed=3)
+    with torch.no_grad():  # non-trivial norms, so the test sees them copied
+        for p in model.parameters():
+            if p.ndim == 1:
+                p.add_(torch.randn_like(p) * 0.1)
+    path = tmp_path / "model.safetensors"
+    save_checkpoint(path, 7, model, None, {"config": cfg.to_dict()})
+    return model, path
+
+
+@pytest.mark.parametrize("ffn", ["swiglu", "relu"])
+def test_checkpoint_to_knowledge_and_back_keeps_logits(tmp_path, ffn):
+    model, path = saved_model(tmp_path, f"model.ffn={ffn}")
+    tokens = torch.randint(0, 512, (3, 8))
+    result = convert(path, "knowledge", tmp_path / "k.safetensors")
+    knowledge, data, step = load_checkpoint_model(tmp_path / "k.safetensors")
+    assert data["model"]["variant"] == "knowledge" and step == 7
+    assert result["max_logit_difference"] < 1e-5
+    with torch.no_grad():
+        assert (knowledge(tokens) - model(tokens)).abs().max() < 1e-4
+    convert(tmp_path / "k.safetensors", "ffn", tmp_path / "f.safetensors")
+    back, data, _ = load_checkpoint_model(tmp_path / "f.safetensors")
+    assert data["model"]["variant"] == "standard"
+    with torch.no_grad():
+        assert (back(tokens) - model(tokens)).abs().max() < 1e-4
+
+
+def test_hugging_face_folder_to_knowledge(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=600, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=2, max_position_embeddings=64)).eval()
+    hf.save_pretrained(tmp_path / "hf")
+    convert(tmp_path / "hf", "knowledge", tmp_path / "k.safetensors")
+    knowledge, _, _ = load_checkpoint_model(tmp_path / "k.safetensors")
+    tokens = torch.randint(0, 600, (2, 16))
+    with torch.no_grad():
+        assert (knowledge(tokens) - hf(tokens).logits).abs().max() < 1e-4
+
+
+def test_bad_conversions_are_clear_errors(tmp_path):
+    _, path = saved_model(tmp_path)
+    for args, message in (([str(path), "--to", "ffn"], "no knowledge layers"),
+                          ([str(tmp_path / "missing"), "--to", "knowledge"], "does not exist")):
+        result = subprocess.run([sys.executable, "-m", "modformer.cli", "convert", *args, "--out",
+                                 str(tmp_path / "o.safetensors")], capture_output=True, text=True, timeout=120)
+        assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
