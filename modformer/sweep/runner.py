@@ -70,7 +70,7 @@ class SweepRunner:
             raise ModformerError(f"cannot create sweep folder {self.out}: {e.strerror or e}") from None
         atomic_write_text(saved, yaml.safe_dump(mine, sort_keys=False))
         with open(self.out / "commands.txt", "a") as f:  # how this sweep was (re)started
-            f.write(" ".join(shlex.quote(a) for a in [Path(sys.argv[0]).name, *sys.argv[1:]]) + "\n")
+            f.write(" ".join(shlex.quote(a) for a in ["modformer", *sys.argv[1:]]) + "\n")
 
     def run_dir(self, run: RunSpec) -> Path:
         return self.out / "runs" / run.run_id
