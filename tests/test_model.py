@@ -60,13 +60,14 @@ def naive_attention_forward(model, tokens):
         q = (h @ att.q_proj.weight.T).view(B, T, cfg_heads, hd).transpose(1, 2)
         k = (h @ att.k_proj.weight.T).view(B, T, att.n_kv_heads, hd).transpose(1, 2)
         v = (h @ att.v_proj.weight.T).view(B, T, att.n_kv_heads, hd).transpose(1, 2)
-        # Angles in float32, as Hugging Face Llama (and so our tables) compute them.
+        # The tables in float32, as Hugging Face Llama (and so our model) computes them.
         inv = 1.0 / 10000.0 ** (torch.arange(0, hd, 2).float() / hd)
-        ang = torch.cat([torch.outer(torch.arange(T).float(), inv)] * 2, -1).double()
+        ang = torch.cat([torch.outer(torch.arange(T).float(), inv)] * 2, -1)
+        cos, sin = ang.cos().double(), ang.sin().double()
 
         def rot(t):
             t1, t2 = t[..., : hd // 2], t[..., hd // 2:]
-            return t * ang.cos() + torch.cat([-t2, t1], -1) * ang.sin()
+            return t * cos + torch.cat([-t2, t1], -1) * sin
 
         q, k = rot(q), rot(k)
         rep = cfg_heads // att.n_kv_heads
