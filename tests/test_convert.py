@@ -62,3 +62,26 @@ def test_bad_conversions_are_clear_errors(tmp_path):
         result = subprocess.run([sys.executable, "-m", "modformer.cli", "convert", *args, "--out",
                                  str(tmp_path / "o.safetensors")], capture_output=True, text=True, timeout=120)
         assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_more_bad_conversions_are_clear_errors(tmp_path):
+    _, path = saved_model(tmp_path)
+    corrupt = tmp_path / "corrupt.safetensors"
+    corrupt.write_bytes(b"not a checkpoint at all")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "outdir").mkdir()
+    cases = (([str(corrupt), "--to", "knowledge", "--out", str(tmp_path / "o.safetensors")], "corrupt"),
+             ([str(tmp_path / "empty"), "--to", "knowledge", "--out", str(tmp_path / "o.safetensors")], "neither"),
+             ([str(path), "--to", "knowledge", "--out", str(tmp_path / "outdir")], "is a folder"))
+    for args, message in cases:
+        result = subprocess.run([sys.executable, "-m", "modformer.cli", "convert", *args], capture_output=True,
+                                text=True, timeout=120)
+        assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+
+def test_other_variants_are_refused(tmp_path):
+    from modformer.errors import ModformerError
+
+    _, path = saved_model(tmp_path, "model.variant=frozen_qk")
+    with pytest.raises(ModformerError, match="frozen_qk"):
+        convert(path, "knowledge", tmp_path / "k.safetensors")

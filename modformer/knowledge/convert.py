@@ -10,6 +10,7 @@ on random tokens, in float64.
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -35,19 +36,20 @@ def _load_source(source: Path) -> tuple[Transformer, dict[str, Any], int]:
         return model, {"model": to_dict(model_cfg)}, 0
     if not source.exists():
         raise ModformerError(f"{source} does not exist")
+    if source.is_dir() and not (source / "checkpoints").is_dir():
+        raise ModformerError(f"{source} is neither a Hugging Face model folder (no config.json) "
+                             f"nor a run directory (no checkpoints/)")
     return load_checkpoint_model(source)
 
 
 def max_logit_difference(a: Transformer, b: Transformer, seq_len: int, seed: int = 0) -> float:
-    """Largest |logit| difference on 4 random sequences, both models in float64 on the CPU."""
+    """Largest |logit| difference on 4 random sequences, copies of both models in float64
+    on the CPU (the models themselves are left as they are)."""
     gen = torch.Generator().manual_seed(seed)
     tokens = torch.randint(0, a.vocab_size, (4, seq_len), generator=gen)
-    a64 = a.to(dtype=torch.float64).eval()
-    b64 = b.to(dtype=torch.float64).eval()
+    a64, b64 = (copy.deepcopy(m).to("cpu", torch.float64).eval() for m in (a, b))
     with torch.no_grad():
-        diff = (a64(tokens) - b64(tokens)).abs().max().item()
-    a.float(), b.float()
-    return diff
+        return (a64(tokens) - b64(tokens)).abs().max().item()
 
 
 def convert(source: str | Path, to: str, out: str | Path, *, threshold: str = "linear") -> dict[str, Any]:
@@ -56,8 +58,13 @@ def convert(source: str | Path, to: str, out: str | Path, *, threshold: str = "l
     if to not in TARGETS:
         raise ModformerError(f"--to must be one of {', '.join(TARGETS)}, got '{to}'")
     source, out = Path(source), Path(out)
+    if out.is_dir():
+        raise ModformerError(f"--out {out} is a folder; give the checkpoint file to write")
     model, data, step = _load_source(source)
     cfg = config_from_dict(data).model
+    if cfg.variant not in ("standard", "knowledge"):
+        # Another variant's builder or freeze list would be lost in the converted config.
+        raise ModformerError(f"{source} is a '{cfg.variant}' model; only standard and knowledge models convert")
     if to == "knowledge":
         converted, new_cfg = unfold_model(model, threshold=threshold), unfolded_config(cfg, threshold=threshold)
     else:
@@ -70,9 +77,9 @@ def convert(source: str | Path, to: str, out: str | Path, *, threshold: str = "l
     difference = max_logit_difference(model, converted, seq_len=min(cfg.max_seq_len or 64, 64))
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
+        save_checkpoint(out, step, converted, None, {"config": new_data, "converted_from": str(source)})
     except OSError as e:
-        raise ModformerError(f"cannot write to {out.parent}: {e.strerror or e}") from None
-    save_checkpoint(out, step, converted, None, {"config": new_data, "converted_from": str(source)})
+        raise ModformerError(f"cannot write {out}: {e.strerror or e}") from None
     return {"source": str(source), "to": to, "out": str(out), "max_logit_difference": difference,
             "parameters_before": sum(p.numel() for p in model.parameters()),
             "parameters_after": sum(p.numel() for p in converted.parameters())}

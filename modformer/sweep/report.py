@@ -132,9 +132,9 @@ def write_report(sweep_dir: str | Path) -> Path:
     if slice_names:
         _plot_slices(sweep_dir / "slices.png", slice_names, variants, groups, chosen)
         figures.append(("Test accuracy per slice, chosen settings (error bars: 95% interval)", "slices.png"))
-    _plot_curves(sweep_dir, sweep_dir / "curves.png", variants, groups, chosen)
-    figures.append(("Validation accuracy during training, chosen settings (mean over seeds, band: min to max)",
-                    "curves.png"))
+    if _plot_curves(sweep_dir, sweep_dir / "curves.png", variants, groups, chosen):
+        figures.append(("Validation accuracy during training, chosen settings (mean over seeds, band: min to max)",
+                        "curves.png"))
     if _plot_induction(sweep_dir, sweep_dir / "induction.png", variants, groups, chosen):
         figures.append(("Strongest induction head (max over layers and heads) during training, chosen settings "
                         "(mean over seeds, band: min to max)", "induction.png"))

@@ -93,8 +93,12 @@ class SweepRunner:
             # A run keeps the thread count it started with: another count sums floats in
             # another order, and its resumption would no longer be bit-identical.
             started = run_dir / "config.yaml"
-            config["train"]["threads"] = (yaml.safe_load(started.read_text())["train"]["threads"]
-                                          if started.exists() else threads)
+            try:
+                config["train"]["threads"] = (yaml.safe_load(started.read_text())["train"]["threads"]
+                                              if started.exists() else threads)
+            except (OSError, yaml.YAMLError, KeyError, TypeError) as e:
+                raise ModformerError(f"cannot read the config {started} of a started run "
+                                     f"({e.__class__.__name__}); remove that run's folder to retrain it") from None
         cfg_path = self.out / "configs" / f"{run.run_id}.yaml"
         log_path = self.out / "logs" / f"{run.run_id}.log"
         cfg_path.parent.mkdir(parents=True, exist_ok=True)
@@ -121,7 +125,7 @@ class SweepRunner:
             self._record({**self._base_record(run), "status": "done", "summary": summary})
             test = summary["test"]
             self.echo(f"done   {run.run_id}: test accuracy {test['accuracy']:.4f}, loss {test['loss']:.4f}")
-        elif code == 130 or self._stopping:
+        elif code == 130:  # Interrupted: the training saved its checkpoint
             self.echo(f"paused {run.run_id} (checkpoint saved)")
         else:
             tail = log_path.read_text().strip().splitlines()[-1:] or ["(no output)"]
