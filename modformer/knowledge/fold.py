@@ -73,10 +73,9 @@ class _Parts:
 
 def _activation(ffn: nn.Module, gated: bool) -> str:
     """Our FFNs by type; others (Hugging Face MLPs) by evaluating `act_fn` on a grid."""
-    known = {SwiGLU: "swiglu", ReLUFFN: "relu"}
-    if type(ffn) in known:
-        return known[type(ffn)]
-    if isinstance(ffn, ActivationFFN):
+    if isinstance(ffn, SwiGLU):
+        return "swiglu"
+    if isinstance(ffn, ActivationFFN):  # ReLUFFN among them
         return ffn.activation
     act = getattr(ffn, "act_fn", None)
     if callable(act):

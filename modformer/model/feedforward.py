@@ -26,19 +26,6 @@ class SwiGLU(nn.Module):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
-class ReLUFFN(nn.Module):
-    """down(relu(up(x))): the two-layer FFN of the original transformer."""
-
-    def __init__(self, d_model: int, d_ff: int, bias: bool = False):
-        super().__init__()
-        self.up_proj = nn.Linear(d_model, d_ff, bias=bias)
-        self.down_proj = nn.Linear(d_ff, d_model, bias=bias)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x: (..., d_model) -> (..., d_model)."""
-        return self.down_proj(F.relu(self.up_proj(x)))
-
-
 @FFNS.register("swiglu")
 def build_swiglu(cfg: ModelConfig) -> SwiGLU:
     return SwiGLU(cfg.d_model, cfg.ffn_dim, bias=cfg.ffn_bias)
@@ -75,12 +62,13 @@ def build_shaped_leaky_relu(cfg: ModelConfig) -> ShapedLeakyReLUFFN:
 
 
 class ActivationFFN(nn.Module):
-    """down(act(up(x))) for a pointwise activation by name: gelu (exact, erf) or silu.
+    """down(act(up(x))) for a pointwise activation by name: relu, gelu (exact, erf) or silu.
 
-    The form a folded knowledge layer with one of these activations takes (with biases).
+    The two-layer FFN of the original transformer, and the form a folded knowledge layer
+    takes (with biases).
     """
 
-    ACTIVATIONS = {"gelu": F.gelu, "silu": F.silu}
+    ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}
 
     def __init__(self, d_model: int, d_ff: int, activation: str, bias: bool = False):
         super().__init__()
@@ -93,6 +81,13 @@ class ActivationFFN(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: (..., d_model) -> (..., d_model)."""
         return self.down_proj(self.ACTIVATIONS[self.activation](self.up_proj(x)))
+
+
+class ReLUFFN(ActivationFFN):
+    """down(relu(up(x))): the two-layer FFN of the original transformer."""
+
+    def __init__(self, d_model: int, d_ff: int, bias: bool = False):
+        super().__init__(d_model, d_ff, "relu", bias=bias)
 
 
 @FFNS.register("gelu")
