@@ -22,25 +22,25 @@ from .sweep.spec import SweepConfig, load_sweep
 from .train.trainer import Trainer
 
 
+def _key_lines(rows: list[tuple[str, str, str, str]], width: int) -> list[str]:
+    """Help lines for `describe` rows: key, meaning, type and default."""
+    return [f"  {key:<{width}}  {text} [{tp}, default {default}]" for key, tp, default, text in rows]
+
+
 def _config_help() -> str:
-    lines = ["config keys (set in the YAML file or as key=value overrides):"]
     rows = describe(RunConfig, "")
     width = max(len(r[0]) for r in rows)
-    for key, tp, default, text in rows:
-        lines.append(f"  {key:<{width}}  {text} [{tp}, default {default}]")
-    lines.append("")
+    lines = ["config keys (set in the YAML file or as key=value overrides):", *_key_lines(rows, width), ""]
     for name in TASKS:
         task_rows = [r for r in describe(TASKS[name].Config, "task") if r[0] not in {x[0] for x in rows}]
         if task_rows:
-            lines.append(f"task '{name}' adds:")
-            lines += [f"  {k:<{width}}  {t} [{tp}, default {d}]" for k, tp, d, t in task_rows]
+            lines += [f"task '{name}' adds:", *_key_lines(task_rows, width)]
     return "\n".join(lines)
 
 
 def _sweep_help() -> str:
     rows = describe(SweepConfig, "sweep")
-    width = max(len(r[0]) for r in rows)
-    return "sweep keys:\n" + "\n".join(f"  {k:<{width}}  {t} [{tp}, default {d}]" for k, tp, d, t in rows)
+    return "\n".join(["sweep keys:", *_key_lines(rows, max(len(r[0]) for r in rows))])
 
 
 def format_results(summary: dict) -> str:
