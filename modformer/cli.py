@@ -16,7 +16,7 @@ from .errors import Interrupted, ModformerError
 from .evaluate import evaluate, load_checkpoint_model
 from .knowledge.convert import convert
 from .registry import FFNS, MIXERS, TASKS, VARIANTS
-from .sweep.report import write_report
+from .sweep.report import summary_sections, write_report
 from .sweep.runner import SweepRunner
 from .sweep.spec import SweepConfig, load_sweep
 from .train.trainer import Trainer
@@ -86,7 +86,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path("runs") / "sweeps" / Path(args.config).stem
     SweepRunner(sweep, out).run()
     path = write_report(out)
-    print(f"sweep finished: {out}\nreport: {path}")
+    print(f"\n{summary_sections(path.read_text())}\n\nsweep finished: {out}\nreport: {path}")
     return 0
 
 

@@ -99,6 +99,11 @@ def test_interval_statistics():
     assert s.mean == 2.0 and s.std == 1.0
     assert abs(s.half_width - 4.303 / 3 ** 0.5) < 1e-9
     assert summarize([0.5]).format() == "0.5000 (n=1)"
+    # Seeds that disagree near a bound: the symmetric t interval passes 1; clipped, it does not.
+    near_one = summarize([1.0, 1.0, 0.9])
+    assert near_one.high > 1.0
+    assert near_one.format(bounds=(0.0, 1.0)).endswith(", 1.0000]")
+    assert near_one.format(bounds=(0.0, 1.0)).startswith(near_one.format().split("[")[0])
 
 
 def test_settings_are_chosen_on_validation_over_complete_seeds():

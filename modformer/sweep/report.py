@@ -7,6 +7,7 @@ Every figure is a mean over seeds with its standard deviation and 95% t interval
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -52,8 +53,9 @@ def choose(groups: dict[tuple[str, str], list[dict]], metric: str, mode: str, se
     return {v: p for v, (_, p) in best.items()}
 
 
-def _cell(values: list[float]) -> str:
-    return summarize(values).format()
+def _cell(values: list[float], metric: str = "accuracy") -> str:
+    bounds = (0.0, 1.0) if "accuracy" in metric else (0.0, math.inf) if "loss" in metric else None
+    return summarize(values).format(bounds=bounds)
 
 
 def write_report(sweep_dir: str | Path) -> Path:
@@ -77,7 +79,8 @@ def write_report(sweep_dir: str | Path) -> Path:
     lines += [f"Variants: {', '.join(sw['variants'])}. Seeds: {sw['seeds']}. The same grid for every variant: "
               + (", ".join(f"`{k}` in {v}" for k, v in sw["grid"].items()) or "no grid (one setting)") + ".", ""]
     lines += [f"Each variant's setting is chosen by the mean validation {metric} ({mode}) over seeds; the test "
-              f"set is reported only for that setting. Cells: mean ± std [95% t interval] over seeds.", ""]
+              f"set is reported only for that setting. Cells: mean ± std [95% t interval] over seeds "
+              f"(intervals clipped to the metric's range: [0, 1] for accuracies, >= 0 for losses).", ""]
     if len(sw["seeds"]) < 3:
         lines += [f"**Warning: {len(sw['seeds'])} seed(s); at least 3 are needed for the intervals to mean much.**", ""]
     if failed:
@@ -92,8 +95,8 @@ def write_report(sweep_dir: str | Path) -> Path:
     for v in variants:
         runs = groups[(v, chosen[v])]
         s = [r["summary"] for r in runs]
-        lines.append(f"| {v} | `{chosen[v]}` | {len(runs)} | {_cell([x['validation'][metric] for x in s])} | "
-                     f"{_cell([x['test']['accuracy'] for x in s])} | {_cell([x['test']['loss'] for x in s])} | "
+        lines.append(f"| {v} | `{chosen[v]}` | {len(runs)} | {_cell([x['validation'][metric] for x in s], metric)} | "
+                     f"{_cell([x['test']['accuracy'] for x in s])} | {_cell([x['test']['loss'] for x in s], 'loss')} | "
                      f"{s[0]['parameters']['trainable']:,} | {summarize([x['tokens_per_s'] for x in s]).mean:,.0f} |")
     lines.append("")
 
@@ -104,7 +107,7 @@ def write_report(sweep_dir: str | Path) -> Path:
                   "|---" * (len(extra) + 1) + "|"]
         for v in variants:
             runs = groups[(v, chosen[v])]
-            lines.append(f"| {v} | " + " | ".join(_cell([r["summary"]["test"][k] for r in runs]) for k in extra) + " |")
+            lines.append(f"| {v} | " + " | ".join(_cell([r["summary"]["test"][k] for r in runs], k) for k in extra) + " |")
         lines.append("")
 
     slice_names = sorted({n for r in done for n in r["summary"]["test"].get("slices", {})})
@@ -124,7 +127,7 @@ def write_report(sweep_dir: str | Path) -> Path:
     lines += ["## The whole grid", "", f"| variant | setting | seeds | validation {metric} | test accuracy | chosen |",
               "|---|---|---|---|---|---|"]
     for (v, point), runs in sorted(groups.items()):
-        lines.append(f"| {v} | `{point}` | {len(runs)} | {_cell([r['summary']['validation'][metric] for r in runs])} | "
+        lines.append(f"| {v} | `{point}` | {len(runs)} | {_cell([r['summary']['validation'][metric] for r in runs], metric)} | "
                      f"{_cell([r['summary']['test']['accuracy'] for r in runs])} | {'yes' if chosen.get(v) == point else ''} |")
     lines.append("")
 
@@ -147,6 +150,18 @@ def write_report(sweep_dir: str | Path) -> Path:
     return path
 
 
+def summary_sections(report: str) -> str:
+    """The parts of a report worth printing on a terminal: the chosen setting per variant
+    and the per-slice tables (Markdown tables read well as plain text)."""
+    keep, out = False, []
+    for line in report.splitlines():
+        if line.startswith("## "):
+            keep = line.startswith(("## Chosen setting", "## Test accuracy per"))
+        if keep:
+            out.append(line)
+    return "\n".join(out).strip()
+
+
 def _sort_key(value: str):
     return (0, float(value)) if value.lstrip("-").replace(".", "", 1).isdigit() else (1, value)
 
@@ -161,8 +176,9 @@ def _plot_slices(path: Path, names: list[str], variants: list[str], groups, chos
                     per_value[value].append(stats["accuracy"])
             keys = sorted(per_value, key=_sort_key)
             stats = [summarize(per_value[k]) for k in keys]
-            errors = [0.0 if s.n < 2 else s.half_width for s in stats]
-            ax.errorbar(keys, [s.mean for s in stats], yerr=errors, marker="o", capsize=3, label=v)
+            below = [0.0 if s.n < 2 else s.mean - max(s.low, 0.0) for s in stats]
+            above = [0.0 if s.n < 2 else min(s.high, 1.0) - s.mean for s in stats]
+            ax.errorbar(keys, [s.mean for s in stats], yerr=[below, above], marker="o", capsize=3, label=v)
         ax.set(xlabel=name, ylabel="test accuracy", ylim=(-0.02, 1.02))
         ax.grid(alpha=0.3)
         ax.legend()

@@ -31,11 +31,13 @@ class Summary:
     def high(self) -> float:
         return self.mean + self.half_width
 
-    def format(self, digits: int = 4) -> str:
+    def format(self, digits: int = 4, bounds: tuple[float, float] | None = None) -> str:
+        """`bounds` clips the interval to a metric's possible range (an accuracy's [0, 1]):
+        the t interval is symmetric and can reach past it when seeds disagree."""
         if self.n < 2:
             return f"{self.mean:.{digits}f} (n=1)"
-        return (f"{self.mean:.{digits}f} ± {self.std:.{digits}f} "
-                f"[{self.low:.{digits}f}, {self.high:.{digits}f}]")
+        low, high = (self.low, self.high) if bounds is None else (max(self.low, bounds[0]), min(self.high, bounds[1]))
+        return f"{self.mean:.{digits}f} ± {self.std:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
 
 
 def summarize(values: Sequence[float]) -> Summary:
