@@ -1,4 +1,7 @@
+from pathlib import Path
+
 import pytest
+import yaml
 
 from modformer.config import RunConfig, load_config
 from modformer.configtools import describe
@@ -77,3 +80,16 @@ def test_every_shipped_config_loads():
     for path in files:
         text = path.read_text()
         load_sweep(path) if "\nsweep:" in text else load_config(path)
+
+
+@pytest.mark.parametrize("path", sorted(str(p) for p in (Path(__file__).parent.parent / "configs").rglob("*.yaml")))
+def test_every_shipped_config_loads(path):
+    """A typo in a shipped config would otherwise surface only when someone runs it."""
+    from modformer.sweep.spec import load_sweep
+
+    if "sweep" in yaml.safe_load(Path(path).read_text()):
+        sweep = load_sweep(path)
+        for run in sweep.runs():
+            assert run.config.model.variant in sweep.spec.variants
+    else:
+        load_config(path)
