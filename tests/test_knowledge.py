@@ -4,6 +4,7 @@ import copy
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from modformer import build_model, capture
 from modformer.config import load_config
@@ -251,7 +252,8 @@ def test_approximate_unfold_prunes_the_units_that_do_nothing():
 
 
 @pytest.mark.parametrize("knowledge", [KnowledgeConfig(), KnowledgeConfig(activation="swiglu", threshold="none"),
-                                       KnowledgeConfig(activation="gelu", threshold="linear", d_key=8)])
+                                       KnowledgeConfig(activation="gelu", threshold="linear", d_key=8),
+                                       KnowledgeConfig(threshold="token")])
 def test_the_variant_trains_every_parameter_e_among_them(knowledge):
     model = build_model(small(knowledge), seed=0)
     before = model.knowledge.entries.detach().clone()
@@ -268,7 +270,26 @@ def test_freezing_everything_but_the_base_leaves_e_to_train():
     assert trainable_names(model) == ["knowledge.entries"]
 
 
-@pytest.mark.parametrize("kw", [{}, {"knowledge": KnowledgeConfig(activation="swiglu")}, {"mixer": "mixing"}])
+def test_a_per_token_threshold_depends_on_the_token_and_refuses_to_fold():
+    """The paper's N x n_E threshold: b1 differs between tokens whose scores' linear part is
+    the same, which no FFN of width n_E can compute, so fold and unfold refuse it."""
+    model = build_model(small(KnowledgeConfig(threshold="token", n_entries=24)), seed=0).double()
+    layer = model.blocks[0].ffn
+    randomize(layer.up.token_threshold, seed=3)
+    h = randn(2, 5, 32)
+    scores = layer.up(h, model.knowledge.entries)
+    linear_part = F.linear(layer.up.q_proj(h), layer.up.k_proj(model.knowledge.entries) * layer.up.scale,
+                           layer.up.threshold(model.knowledge.entries))
+    assert scores.shape == (2, 5, 24) and max_diff(scores - linear_part, layer.up.token_threshold(h)) < 1e-12
+    assert max_diff(scores[0, 0] - linear_part[0, 0], scores[0, 1] - linear_part[0, 1]) > 1e-3
+    with pytest.raises(ModformerError, match="per-token threshold"):
+        fold(layer)
+    with pytest.raises(ModformerError, match="per-token threshold"):
+        unfold([ReLUFFN(32, 64, bias=True)], threshold="token")
+
+
+@pytest.mark.parametrize("kw", [{}, {"knowledge": KnowledgeConfig(activation="swiglu")}, {"mixer": "mixing"},
+                                {"knowledge": KnowledgeConfig(threshold="token")}])
 def test_causal(kw):
     model = build_model(small(**kw), seed=1)
     g = torch.Generator().manual_seed(0)

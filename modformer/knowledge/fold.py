@@ -25,7 +25,7 @@ from torch import nn
 from ..errors import ModformerError
 from ..model.config import ModelConfig
 from ..model.feedforward import ActivationFFN, ReLUFFN, SwiGLU
-from ..model.knowledge import BroadcastBias, KnowledgeBase, KnowledgeConfig, KnowledgeFFN
+from ..model.knowledge import BroadcastBias, KnowledgeBase, KnowledgeConfig, KnowledgeFFN, TokenThresholdRead
 from ..model.transformer import Transformer
 
 _POINTWISE = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}
@@ -45,6 +45,9 @@ def fold(layer: KnowledgeFFN) -> nn.Module:
     relu -> ReLUFFN, gelu/silu -> ActivationFFN, swiglu -> SwiGLU, all with biases, on E's
     device and dtype. Exact up to rounding (a different order of the same products).
     """
+    if any(isinstance(getattr(layer, r), TokenThresholdRead) for r in layer.reads):
+        raise ModformerError("a knowledge layer with a per-token threshold (model.knowledge.threshold=token) "
+                             "depends on each token beyond its scores, so it is not an FFN and cannot fold")
     entries = layer.base.entries.detach()
     n, d = entries.shape[0], layer.v_proj.out_features
     makers = {"relu": lambda: ReLUFFN(d, n, bias=True), "swiglu": lambda: SwiGLU(d, n, bias=True)}
@@ -130,6 +133,9 @@ def _layers(entries: torch.Tensor, parts: list[_Parts], coeffs: list[dict[str, t
             threshold_hidden: int) -> tuple[KnowledgeBase, list[KnowledgeFFN]]:
     """A base E (n_E, d_E) and layers with W_K = I (d_k = d_E), where layer l has
     W_<read> = E coeffs[l][read] (d_E, d), b_<read> = E coeffs[l]["b_" + read], W_down^T = E coeffs[l]["down"]."""
+    if threshold == "token":
+        raise ModformerError("unfolding writes FFNs as per-entry thresholds; a per-token threshold (token) adds a "
+                             "term no FFN has: use mlp, linear or none")
     n_entries, d_entry = entries.shape
     base = _new(lambda: KnowledgeBase(n_entries, d_entry), entries)
     eye = torch.eye(d_entry, dtype=entries.dtype)

@@ -39,7 +39,7 @@ _ACTIVATIONS = {
     "swiglu": lambda gate, up: F.silu(gate) * up,
 }
 _READS = {"relu": ("up",), "gelu": ("up",), "silu": ("up",), "swiglu": ("gate", "up")}
-THRESHOLDS = ("mlp", "linear", "none")
+THRESHOLDS = ("mlp", "linear", "none", "token")
 
 
 @dataclass
@@ -53,8 +53,10 @@ class KnowledgeConfig:
     activation: str = option("relu", "act on the scores: relu (the paper's), gelu, silu, or swiglu "
                                      "(silu(gate scores) * up scores, the gated form of Llama's MLP)")
     threshold: str = option("mlp", "per-entry threshold b1(E): mlp (Linear-GELU-Linear on each entry), linear "
-                                   "(one Linear on each entry), none (a learned bias per entry, not a function of E)")
-    threshold_hidden: int = option(16, "hidden width of the mlp threshold network")
+                                   "(one Linear on each entry), none (a learned bias per entry, not a function of E), "
+                                   "or token (the paper's N x n_E form: a bias per entry plus Linear-GELU-Linear of "
+                                   "each token's H; it depends on the token, so the layer cannot fold into an FFN)")
+    threshold_hidden: int = option(16, "hidden width of the mlp and token threshold networks")
 
     def __post_init__(self) -> None:
         for key in ("n_entries", "d_entry", "d_key"):
@@ -127,7 +129,7 @@ def make_threshold(kind: str, n_entries: int, d_entry: int, hidden: int) -> nn.M
         return EntryThreshold(nn.Linear(d_entry, hidden), nn.GELU(), nn.Linear(hidden, 1))
     if kind == "linear":
         return EntryThreshold(nn.Linear(d_entry, 1))
-    if kind == "none":
+    if kind in ("none", "token"):  # token: TokenThresholdRead adds the per-token part
         return BroadcastBias(n_entries)
     raise ValueError(f"threshold must be one of {THRESHOLDS}, got {kind!r}")
 
@@ -149,6 +151,25 @@ class KnowledgeRead(nn.Module):
         return F.linear(self.q_proj(h), keys, self.threshold(entries))
 
 
+class TokenThresholdRead(KnowledgeRead):
+    """A read whose threshold also depends on the token (the paper's N x n_E threshold):
+    b1[t, j] = bias_j + g(h_t)_j with g = Linear-GELU-Linear (d_model -> hidden -> n_E).
+    With E fixed this is no longer an FFN of width n_E: it is the comparison baseline for
+    the foldable per-entry thresholds, and `fold` refuses it."""
+
+    def __init__(self, d_model: int, n_entries: int, d_entry: int, d_key: int, threshold: str, threshold_hidden: int):
+        super().__init__(d_model, n_entries, d_entry, d_key, threshold, threshold_hidden)
+        self.token_threshold = nn.Sequential(nn.Linear(d_model, threshold_hidden), nn.GELU(),
+                                             nn.Linear(threshold_hidden, n_entries))
+
+    def forward(self, h: torch.Tensor, entries: torch.Tensor) -> torch.Tensor:
+        """h (B, T, d_model), entries (n_E, d_E) -> (B, T, n_E)."""
+        return super().forward(h, entries) + self.token_threshold(h)
+
+
+_READ_CLASSES = {"token": TokenThresholdRead}
+
+
 class KnowledgeFFN(nn.Module):
     """A block's feed-forward slot as a read of the shared base: (B, T, d) -> (B, T, d).
 
@@ -165,8 +186,9 @@ class KnowledgeFFN(nn.Module):
         self._base = (base,)  # a tuple hides it from nn.Module: E is registered only on the model
         self.activation = activation
         self.reads = _READS[activation]
+        read_class = _READ_CLASSES.get(threshold, KnowledgeRead)
         for name in self.reads:
-            self.add_module(name, KnowledgeRead(d_model, n_entries, d_entry, d_key or d_entry, threshold,
+            self.add_module(name, read_class(d_model, n_entries, d_entry, d_key or d_entry, threshold,
                                                 threshold_hidden))
         self.v_proj = nn.Linear(d_entry, d_model, bias=False)
         self.bias = nn.Parameter(torch.zeros(d_model))
