@@ -5,9 +5,10 @@ that exposes them (softmax attention, MixiT's fixed mixing).
 """
 
 from .induction import attention_patterns, induction_scores, plot_attention_maps, plot_induction_scores
+from .knowledge_usage import add_usage_command, entry_usage
 from .signal import add_signal_command, markdown_tables, signal_propagation, token_similarity, write_reports
 
 __all__ = [
-    "add_signal_command", "attention_patterns", "induction_scores", "markdown_tables", "plot_attention_maps",
+    "add_signal_command", "add_usage_command", "attention_patterns", "entry_usage", "induction_scores", "markdown_tables", "plot_attention_maps",
     "plot_induction_scores", "signal_propagation", "token_similarity", "write_reports",
 ]

@@ -1,0 +1,167 @@
+"""Which knowledge entries each layer reads: score sparsity per layer, the entries that carry
+most of a layer's score mass, how much the layers' favourite entries overlap, and the
+entries most used per input token.
+
+Every layer of the knowledge variant writes its scores S (B, T, n_E) to the hook point
+`blocks.{i}.ffn.scores`; this module only reads them through `capture`. An entry is
+*active* for a token when |S| exceeds `rel_tol` times the layer's largest |S| on the data
+(for ReLU the inactive scores are exactly zero; GELU, SiLU and the gated form are never
+exactly zero, hence the relative tolerance). An entry's *mass* in a layer is its mean |S|
+over tokens; a layer's top entries are those with the largest share of its total mass.
+
+`modformer usage RUN_DIR_OR_CHECKPOINT` runs this on the task's validation inputs and
+writes usage.md (tables), usage.json and usage.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ..errors import ModformerError
+from ..model.hooks import capture
+from ..model.knowledge import KnowledgeFFN
+from ..train.checkpoint import atomic_write_text
+from .common import by_layer, evaluating, model_device, plt, save_figure
+
+SCORES = "blocks.*.ffn.scores"
+
+
+@dataclass
+class LayerUsage:
+    layer: int
+    active_fraction: float  # mean over tokens of the fraction of entries active for the token
+    entries_used: int  # entries active for at least one token
+    top_entries: list[tuple[int, float]]  # (entry, share of the layer's score mass), largest first
+    top_share: float  # share of the layer's mass carried by its top-k entries
+
+
+@dataclass
+class Usage:
+    n_entries: int
+    tokens: int
+    rel_tol: float
+    layers: list[LayerUsage]
+    mass: list[list[float]]  # (n_layers, n_E): each layer's mean |S| per entry
+    overlap: list[list[float]]  # (n_layers, n_layers): Jaccard overlap of the layers' top-k entry sets
+    per_token: dict[int, list[list[int]]]  # token id -> per layer, its top entries by mean |S|
+
+
+def entry_usage(model: nn.Module, inputs: torch.Tensor, *, top_k: int = 5, rel_tol: float = 1e-3,
+                batch_size: int = 256, frequent_tokens: int = 8) -> Usage:
+    """Usage of the shared base by every knowledge layer on `inputs` (N, T) token ids.
+
+    `per_token` covers the `frequent_tokens` most frequent ids in `inputs`.
+    """
+    if inputs.ndim != 2 or inputs.shape[0] == 0:
+        raise ValueError(f"inputs must be a non-empty (N, T) tensor of token ids, got shape {tuple(inputs.shape)}")
+    if not any(isinstance(m, KnowledgeFFN) for m in model.modules()):
+        raise ModformerError("the model has no knowledge layers: entry usage needs the knowledge variant")
+    device = model_device(model)
+    chunks: list[list[torch.Tensor]] = []
+    with evaluating(model):
+        for start in range(0, inputs.shape[0], batch_size):
+            with capture(model, SCORES) as acts:
+                model(inputs[start:start + batch_size].to(device))
+            chunks.append([s.detach().abs().float().cpu().flatten(0, 1) for s in by_layer(acts)])
+    scores = [torch.cat(per_layer) for per_layer in zip(*chunks)]  # per layer (N*T, n_E)
+    flat_tokens = inputs.reshape(-1).cpu()
+    ids, counts = flat_tokens.unique(return_counts=True)
+    frequent = ids[counts.argsort(descending=True)[:frequent_tokens]].tolist()
+
+    layers, mass, top_sets = [], [], []
+    k = min(top_k, scores[0].shape[1])
+    for i, s in enumerate(scores):
+        active = s > rel_tol * s.max().clamp_min(torch.finfo(s.dtype).tiny)
+        m = s.mean(0)
+        share = m / m.sum().clamp_min(torch.finfo(m.dtype).tiny)
+        top = share.topk(k)
+        layers.append(LayerUsage(i, active.float().mean().item(), int(active.any(0).sum()),
+                                 [(int(e), float(v)) for e, v in zip(top.indices, top.values)], float(top.values.sum())))
+        mass.append(m.tolist())
+        top_sets.append(set(top.indices.tolist()))
+    overlap = [[len(a & b) / len(a | b) for b in top_sets] for a in top_sets]
+    per_token = {tok: [s[flat_tokens == tok].mean(0).topk(k).indices.tolist() for s in scores] for tok in frequent}
+    return Usage(scores[0].shape[1], flat_tokens.numel(), rel_tol, layers, mass, overlap, per_token)
+
+
+def markdown(usage: Usage) -> str:
+    lines = ["# Knowledge-base entry usage", "",
+             f"{usage.tokens:,} tokens; n_E = {usage.n_entries}; an entry is active for a token when |score| > "
+             f"{usage.rel_tol:g} x the layer's largest |score|.", "",
+             "| layer | active entries per token | entries ever active | top entries (share of score mass) | "
+             "share of the top entries |", "|---|---|---|---|---|"]
+    for layer in usage.layers:
+        tops = ", ".join(f"{e} ({v:.1%})" for e, v in layer.top_entries)
+        lines.append(f"| {layer.layer} | {layer.active_fraction:.1%} ({layer.active_fraction * usage.n_entries:.1f}) | "
+                     f"{layer.entries_used} of {usage.n_entries} | {tops} | {layer.top_share:.1%} |")
+    n = len(usage.layers)
+    lines += ["", "Overlap of the layers' top entries (Jaccard):", "",
+              "| layer | " + " | ".join(map(str, range(n))) + " |", "|---" * (n + 1) + "|"]
+    lines += [f"| {i} | " + " | ".join(f"{v:.2f}" for v in row) + " |" for i, row in enumerate(usage.overlap)]
+    lines += ["", "Entries most used per token (most frequent input tokens; top entries per layer):", "",
+              "| token | " + " | ".join(f"layer {i}" for i in range(n)) + " |", "|---" * (n + 1) + "|"]
+    lines += [f"| {tok} | " + " | ".join(", ".join(map(str, e)) for e in per_layer) + " |"
+              for tok, per_layer in usage.per_token.items()]
+    return "\n".join(lines) + "\n"
+
+
+def plot(usage: Usage, path: Path) -> None:
+    mass = torch.tensor(usage.mass)
+    share = mass / mass.sum(1, keepdim=True).clamp_min(1e-30)  # layers' scores differ in scale
+    share = share[:, share.sum(0).argsort(descending=True)]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 0.6 * len(usage.layers) + 2.5),
+                                      gridspec_kw={"width_ratios": [3, 1]})
+    image = left.imshow(share.numpy(), aspect="auto", interpolation="nearest", cmap="viridis")
+    left.set(xlabel="entry (sorted by its share summed over layers)", ylabel="layer",
+             title="share of each layer's score mass per entry", yticks=range(len(usage.layers)))
+    fig.colorbar(image, ax=left)
+    right.barh(range(len(usage.layers)), [layer.active_fraction for layer in usage.layers])
+    right.set(xlabel="active entries per token (fraction)", yticks=range(len(usage.layers)), xlim=(0, 1))
+    right.invert_yaxis()
+    fig.tight_layout()
+    save_figure(fig, path)
+
+
+def write_usage(usage: Usage, out: Path) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "usage.json", json.dumps(asdict(usage), indent=1))
+    atomic_write_text(out / "usage.md", markdown(usage) + "\n![usage](usage.png)\n")
+    plot(usage, out / "usage.png")
+    return out / "usage.md"
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    from ..config import config_from_dict
+    from ..evaluate import load_checkpoint_model
+    from ..registry import TASKS
+
+    model, data, _ = load_checkpoint_model(Path(args.source))
+    cfg = config_from_dict(data)
+    inputs = TASKS[cfg.task.name](cfg.task).validation_set().inputs[:args.examples]
+    usage = entry_usage(model, inputs, top_k=args.top)
+    source = Path(args.source)
+    out = Path(args.out) if args.out else (source if source.is_dir() else source.parent) / "usage"
+    path = write_usage(usage, out)
+    print(markdown(usage) + f"\nwritten: {path}, {out / 'usage.png'}, {out / 'usage.json'}")
+    return 0
+
+
+def add_usage_command(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add `modformer usage` to the CLI's subparsers; its handler is set as `func`."""
+    p = subparsers.add_parser(
+        "usage", help="which knowledge entries each layer of a knowledge model reads",
+        description="Run a knowledge-variant checkpoint on its task's validation inputs and report, per layer, the "
+                    "fraction of entries active per token, the entries carrying most of the score mass, the overlap "
+                    "of the layers' top entries, and the entries most used per token (usage.md, usage.json, usage.png).")
+    p.add_argument("source", help="a run directory (its latest checkpoint) or a checkpoint file")
+    p.add_argument("--out", help="output directory (default: SOURCE/usage, or beside a checkpoint file)")
+    p.add_argument("--examples", type=int, default=512, help="validation sequences to read (default: 512)")
+    p.add_argument("--top", type=int, default=5, help="top entries reported per layer and token (default: 5)")
+    p.set_defaults(func=_run_command)
+    return p
