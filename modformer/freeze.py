@@ -35,3 +35,16 @@ def freeze(model: nn.Module, patterns: Iterable[str]) -> list[str]:
 
 def trainable_names(model: nn.Module) -> list[str]:
     return [name for name, p in model.named_parameters() if p.requires_grad]
+
+
+def freeze_all_but(model: nn.Module, patterns: Iterable[str]) -> list[str]:
+    """Freeze every parameter that matches none of `patterns`; return the names frozen.
+
+    Each pattern must match some parameter (a typo must not freeze everything)."""
+    patterns = list(patterns)
+    for pattern in patterns:
+        if not matching_parameters(model, pattern):
+            names = ", ".join(name for name, _ in list(model.named_parameters())[:6])
+            raise ConfigError(f"train_only pattern '{pattern}' matches no parameter (names look like: {names}, ...)")
+    keep = {name for pattern in patterns for name in matching_parameters(model, pattern)}
+    return freeze(model, [name for name, _ in model.named_parameters() if name not in keep])

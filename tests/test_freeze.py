@@ -56,3 +56,18 @@ def test_no_weight_decay_on_norms_and_biases():
     for group in optimizer.param_groups:
         for p in group["params"]:
             assert (group["weight_decay"] > 0) == (p.ndim >= 2)
+
+
+def test_train_only_leaves_exactly_the_named_parameters_to_train():
+    from modformer.config import load_config
+    cfg = load_config(None, ["model.d_model=32", "model.n_layers=2", "model.train_only=['blocks.1.ffn.*', 'lm_head.*']"])
+    assert trainable_names(build_model(cfg.model, seed=0)) == [
+        "blocks.1.ffn.gate_proj.weight", "blocks.1.ffn.up_proj.weight", "blocks.1.ffn.down_proj.weight",
+        "lm_head.weight"]
+    # The variant's own freeze still applies: Frozen-QK's Q and K stay fixed even if named.
+    cfg = load_config(None, ["model.d_model=32", "model.variant=frozen_qk", "model.train_only=['blocks.0.mixer.*']"])
+    assert trainable_names(build_model(cfg.model, seed=0)) == ["blocks.0.mixer.v_proj.weight",
+                                                               "blocks.0.mixer.o_proj.weight"]
+    cfg = load_config(None, ["model.d_model=32", "model.train_only=['blocks.*.nonesuch']"])
+    with pytest.raises(ConfigError, match="train_only pattern 'blocks.\\*.nonesuch' matches no parameter"):
+        build_model(cfg.model, seed=0)

@@ -123,3 +123,29 @@ def test_validation_set_is_a_fixed_sample_of_the_table():
     assert torch.equal(val.inputs, again.inputs)
     assert len(Memorization(MemorizationConfig(n=4, validation_size=300)).validation_set()) == 16
     assert not task.is_held_out(task.sample(np.random.default_rng(0), 10)[0]).any()
+
+
+def test_new_facts_are_set_apart_and_reported_as_a_slice():
+    cfg = dict(n=16, new_facts=0.25)
+    old, new = Memorization(MemorizationConfig(**cfg, facts="old")), Memorization(MemorizationConfig(**cfg, facts="new"))
+    assert new.is_new.sum() == 64 and np.array_equal(old.is_new, new.is_new)  # fixed by the label seed
+    fact = lambda rows: set(decode(r, 16)[0] * 16 + decode(r, 16)[1] for r in rows.tolist())  # noqa: E731
+    for task, want in ((old, set(np.flatnonzero(~old.is_new))), (new, set(np.flatnonzero(new.is_new)))):
+        batch = task.train_batch(seed=0, step=3, batch_size=100)
+        seen = fact(np.column_stack([batch.inputs.numpy(), batch.targets[:, 1].numpy()]))
+        assert seen <= want
+        assert torch.equal(batch.slices["new"], torch.full((100,), int(task is new)))
+        validation = task.validation_set()
+        assert bool((validation.slices["new"] == int(task is new)).all())
+    # One epoch of the new-facts stream shows each new fact exactly once.
+    epoch = new.train_batch(seed=1, step=0, batch_size=64)
+    assert len(fact(np.column_stack([epoch.inputs.numpy(), epoch.targets[:, 1].numpy()]))) == 64
+    test = old.test_set()
+    assert len(test) == 256 and int(test.slices["new"].sum()) == 64
+
+
+@pytest.mark.parametrize("override, key", [({"new_facts": 1.0}, "new_facts"), ({"facts": "some"}, "facts"),
+                                           ({"facts": "new"}, "new_facts")])
+def test_injection_options_are_checked(override, key):
+    with pytest.raises(ConfigError, match=f"task.{key}"):
+        MemorizationConfig(n=8, **override)

@@ -147,3 +147,10 @@ def test_interrupted_sweep_stops_its_runs_and_continues_later(tmp_path):
     finished = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert finished.returncode == 0, finished.stderr
     assert len(read_results(out)) == 3
+
+
+def test_init_from_names_each_runs_own_source(tmp_path):
+    spec = {**SWEEP, "train": {**SWEEP.get("train", {}), "init_from": "stage1/runs/{variant}/default/seed{seed}"}}
+    runs = load_sweep(write(tmp_path, spec)).runs()
+    assert {r.config.train.init_from for r in runs} == {
+        f"stage1/runs/{r.variant}/default/seed{r.seed}" for r in runs}

@@ -134,3 +134,23 @@ def test_resume_refuses_a_changed_schedule(tiny_config, tmp_path):
     run(tiny_config(), tmp_path / "r")
     with pytest.raises(ModformerError, match="train.steps"):
         run(tiny_config("train.steps=24"), tmp_path / "r", resume=True)
+
+
+def test_fine_tuning_starts_from_the_source_and_moves_only_what_trains(tiny_config, tmp_path):
+    run(tiny_config("train.steps=4"), tmp_path / "source")
+    source = final_state(tmp_path / "source").model
+    cfg = tiny_config("train.steps=4", "train.seed=5", f"train.init_from={tmp_path / 'source'}",
+                      "model.train_only=['blocks.1.ffn.*']")
+    run(cfg, tmp_path / "tuned")
+    tuned = final_state(tmp_path / "tuned").model
+    moved = sorted(k for k in source if not torch.equal(source[k], tuned[k]))
+    assert moved == ["blocks.1.ffn.down_proj.weight", "blocks.1.ffn.gate_proj.weight", "blocks.1.ffn.up_proj.weight"]
+
+
+@pytest.mark.parametrize("init_from", ["missing", "foreign"])
+def test_a_bad_init_from_leaves_no_run_behind(tiny_config, tmp_path, init_from):
+    if init_from == "foreign":  # a model of another width
+        run(tiny_config("train.steps=2", "model.d_model=32"), tmp_path / "foreign")
+    with pytest.raises(ModformerError, match="not found" if init_from == "missing" else "does not fit this model"):
+        run(tiny_config(f"train.init_from={tmp_path / init_from}"), tmp_path / "run")
+    assert not (tmp_path / "run").exists()

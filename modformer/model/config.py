@@ -53,6 +53,11 @@ class ModelConfig:
         default_factory=list,
         help="extra parameter-name glob patterns to freeze, on top of the variant's (e.g. 'blocks.0.*')",
     )
+    train_only: list[str] = option(
+        default_factory=list,
+        help="if set, parameter-name glob patterns of the only parameters that train; every other one is frozen "
+             "(e.g. ['knowledge.entries'] to update only the knowledge base; the variant's freeze still applies)",
+    )
 
     def __post_init__(self) -> None:
         for key in ("d_model", "n_layers", "n_heads"):

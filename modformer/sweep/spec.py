@@ -93,6 +93,9 @@ class Sweep:
                     data.setdefault("train", {})["seed"] = seed
                     for key, value in point:
                         set_dotted(data, key, value, f"sweep.grid.{key}")
+                    init = data["train"].get("init_from")
+                    if isinstance(init, str):  # each run fine-tunes its own variant's and seed's model
+                        data["train"]["init_from"] = init.replace("{variant}", variant).replace("{seed}", str(seed))
                     out.append(RunSpec(variant, point, seed, config_from_dict(data)))
         return out
 

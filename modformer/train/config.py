@@ -28,6 +28,10 @@ class TrainConfig:
     checkpoint_every: int = option(200, "save a checkpoint every this many steps (and at the end); 0: only at the end")
     keep_checkpoints: int = option(2, "how many of the latest checkpoints to keep")
     progress: bool = option(True, "show a progress bar")
+    init_from: str | None = option(
+        None, "a checkpoint file or run directory (its latest checkpoint) whose model weights start this run, "
+              "frozen ones included (fine-tuning); the optimizer, schedule and step start afresh. In a sweep, "
+              "{variant} and {seed} are replaced by the run's own")
     induction_scores: bool = option(
         False, "at every validation evaluation, log each head's induction score (random tokens repeated twice) "
                "and plot them in induction.png")

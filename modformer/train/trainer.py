@@ -25,7 +25,7 @@ from tqdm import tqdm
 from ..analysis.induction import induction_scores, plot_induction_scores
 from ..config import RunConfig, config_from_dict
 from ..errors import CheckpointError, ConfigError, Interrupted, ModformerError, TrainingDiverged
-from ..evaluate import autocast, evaluate
+from ..evaluate import autocast, checkpoint_file, evaluate
 from ..registry import TASKS
 from ..variants import build_model
 from ..version import code_version
@@ -178,9 +178,14 @@ class Trainer:
         self.device = resolve_device(tc.device)
         if tc.threads is not None:
             torch.set_num_threads(tc.threads)
-        self._prepare_run_dir()
         self.task = TASKS[cfg.task.name](cfg.task)
         self.model = build_model(cfg.model, tc.seed).to(self.device)
+        if tc.init_from is not None:  # a resumed run then overwrites these with its own checkpoint
+            source = checkpoint_file(Path(tc.init_from))
+            load_model_state(self.model, {k: v.to(self.device) for k, v in read_checkpoint(source).model.items()},
+                             source)
+        # Only now: a bad init_from (missing, foreign, of another shape) must leave no run behind.
+        self._prepare_run_dir()
         self.optimizer = build_optimizer(self.model, tc)
         self.trainable = [p for p in self.model.parameters() if p.requires_grad]
         self.last_saved: int | None = None

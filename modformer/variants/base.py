@@ -7,7 +7,7 @@ from typing import Callable
 
 import torch
 
-from ..freeze import freeze
+from ..freeze import freeze, freeze_all_but
 from ..model.config import ModelConfig
 from ..model.init import init_weights
 from ..model.transformer import Transformer
@@ -32,4 +32,6 @@ def build_model(cfg: ModelConfig, seed: int) -> Transformer:
         model = variant.build(cfg)
     init_weights(model, cfg.init_std, torch.Generator().manual_seed(seed))
     freeze(model, [*variant.freeze, *cfg.freeze])
+    if cfg.train_only:
+        freeze_all_but(model, cfg.train_only)
     return model
