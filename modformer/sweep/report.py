@@ -124,11 +124,28 @@ def write_report(sweep_dir: str | Path) -> Path:
             lines.append(f"| {value} | " + " | ".join(cells) + " |")
         lines.append("")
 
-    lines += ["## The whole grid", "", f"| variant | setting | seeds | validation {metric} | test accuracy | chosen |",
-              "|---|---|---|---|---|---|"]
+    # Small slices (old and new facts, balanced or not) per setting: there the setting is the question.
+    few = [n for n in slice_names if len({k for r in done for k in r["summary"]["test"]["slices"].get(n, {})}) <= 4]
+    if few and len(groups) > len(variants):
+        for name in few:
+            values = sorted({k for r in done for k in r["summary"]["test"]["slices"].get(name, {})}, key=_sort_key)
+            lines += [f"## Test accuracy per `{name}`, every setting", "",
+                      "| variant | setting | " + " | ".join(f"{name}={v}" for v in values) + " |",
+                      "|---" * (len(values) + 2) + "|"]
+            for (v, point), runs in sorted(groups.items()):
+                cells = [_cell(accs) if (accs := [r["summary"]["test"]["slices"][name][value]["accuracy"]
+                                                  for r in runs if value in r["summary"]["test"]["slices"].get(name, {})])
+                         else "-" for value in values]
+                lines.append(f"| {v} | `{point}` | " + " | ".join(cells) + " |")
+            lines.append("")
+
+    lines += ["## The whole grid", "",
+              f"| variant | setting | seeds | validation {metric} | test accuracy | trainable params | chosen |",
+              "|---|---|---|---|---|---|---|"]
     for (v, point), runs in sorted(groups.items()):
         lines.append(f"| {v} | `{point}` | {len(runs)} | {_cell([r['summary']['validation'][metric] for r in runs], metric)} | "
-                     f"{_cell([r['summary']['test']['accuracy'] for r in runs])} | {'yes' if chosen.get(v) == point else ''} |")
+                     f"{_cell([r['summary']['test']['accuracy'] for r in runs])} | "
+                     f"{runs[0]['summary']['parameters']['trainable']:,} | {'yes' if chosen.get(v) == point else ''} |")
     lines.append("")
 
     figures = []
