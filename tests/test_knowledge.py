@@ -270,6 +270,23 @@ def test_freezing_everything_but_the_base_leaves_e_to_train():
     assert trainable_names(model) == ["knowledge.entries"]
 
 
+@pytest.mark.parametrize("activation", ["relu", "swiglu"])
+def test_both_ways_of_computing_the_scores_agree(activation):
+    """With at least n_E tokens W_Q is folded into the keys once per call; with fewer, each
+    token is projected first. Same outputs and gradients, in float64."""
+    base = randomize(KnowledgeBase(12, 6).double(), seed=1)
+    layer = randomize(KnowledgeFFN(base, 8, d_key=5, activation=activation).double(), seed=2)
+    h = randn(3, 7, 8)  # 21 tokens >= 12 entries: folded route
+    out = layer(h)
+    one_row = torch.cat([layer(h[i:i + 1, :1]) for i in range(3)])  # 1 token < 12 entries: per-token route
+    assert max_diff(out[:, :1], one_row) < 1e-12
+    out.square().sum().backward()
+    folded_grad = base.entries.grad.clone()
+    base.entries.grad = None
+    sum(layer(h[i:i + 1, j:j + 1]).square().sum() for i in range(3) for j in range(7)).backward()
+    assert max_diff(folded_grad, base.entries.grad) < 1e-10
+
+
 def test_a_per_token_threshold_depends_on_the_token_and_refuses_to_fold():
     """The paper's N x n_E threshold: b1 differs between tokens whose scores' linear part is
     the same, which no FFN of width n_E can compute, so fold and unfold refuse it."""

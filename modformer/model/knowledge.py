@@ -148,6 +148,10 @@ class KnowledgeRead(nn.Module):
         """h (B, T, d_model), entries (n_E, d_E) -> (B, T, n_E)."""
         # Keys and thresholds depend on E alone: computed once per call, shared by all tokens.
         keys = self.k_proj(entries) * self.scale
+        if h.numel() >= keys.shape[0] * h.shape[-1]:
+            # At least n_E tokens: fold W_Q into the keys once per call (n_E x d_k x d) so that each
+            # token costs one product, as in an FFN, instead of two (q_proj, then the keys).
+            return F.linear(h, keys @ self.q_proj.weight, self.threshold(entries))
         return F.linear(self.q_proj(h), keys, self.threshold(entries))
 
 
@@ -209,7 +213,9 @@ class KnowledgeFFN(nn.Module):
         """h: (B, T, d_model) -> (B, T, d_model)."""
         entries = self.base.entries  # read at call time, so a reloaded or moved E is seen
         s = self.scores(_ACTIVATIONS[self.activation](*(getattr(self, r)(h, entries) for r in self.reads)))
-        return F.linear(s, self.v_proj(entries).mT, self.bias)
+        # W_down = W_V E^T, (d, n_E), made contiguous as an FFN's down projection is: a transposed
+        # view here costs a copy of the (tokens, n_E) scores in the backward pass.
+        return F.linear(s, F.linear(self.v_proj.weight, entries), self.bias)
 
     def extra_repr(self) -> str:
         n_entries, d_entry = self.base.entries.shape

@@ -1,0 +1,60 @@
+"""`modformer bench`: side-by-side benchmarks, printed as a table and written as Markdown and JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from ..errors import ModformerError
+from ..train.checkpoint import atomic_write_text
+from .knowledge import knowledge_cost, markdown
+
+
+def _knowledge(args: argparse.Namespace) -> int:
+    if args.width < 8 or args.repeats < 1 or args.layers < 1:
+        raise ModformerError("--width must be at least 8, --repeats and --layers positive")
+    torch.set_num_threads(args.threads)
+    tokens = [tuple(int(v) for v in item.split("x")) for item in args.tokens]
+    rows = knowledge_cost(d_model=args.width, tokens=tokens, n_layers=args.layers, repeats=args.repeats)
+    text = markdown(rows, args.threads)
+    print(text)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(out / "knowledge_cost.md", "# Knowledge layer against the FFN it folds into\n\n" + text)
+        atomic_write_text(out / "knowledge_cost.json", json.dumps(
+            [{**asdict(r), "ratio": r.ratio} for r in rows], indent=1) + "\n")
+        print(f"written: {out / 'knowledge_cost.md'}, {out / 'knowledge_cost.json'}")
+    return 0
+
+
+def _tokens(text: str) -> str:
+    parts = text.split("x")
+    if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise argparse.ArgumentTypeError(f"expected BATCHxSEQ such as 16x256, got {text!r}")
+    return text
+
+
+def add_bench_command(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add `modformer bench` and its suites to the CLI's subparsers."""
+    p = subparsers.add_parser("bench", help="side-by-side benchmarks (ratios measured in one process)")
+    suites = p.add_subparsers(dest="suite", metavar="SUITE", required=True)
+    k = suites.add_parser(
+        "knowledge", help="a knowledge layer (and model) against the FFN (and model) it folds into",
+        description="Time a training step (forward and backward, E included) and an inference forward of a "
+                    "knowledge layer and of fold(layer), interleaved, at each batch x sequence; the same for a "
+                    "knowledge model against its folded standard model. Prints the medians and their ratio.")
+    k.add_argument("--width", type=int, default=256, help="d_model; n_E = d_ff = 4 x width (default: 256)")
+    k.add_argument("--layers", type=int, default=4, help="layers of the whole-model comparison (default: 4)")
+    k.add_argument("--tokens", nargs="+", type=_tokens, default=["8x64", "16x256"], metavar="BATCHxSEQ",
+                   help="shapes to time (default: 8x64 16x256)")
+    k.add_argument("--repeats", type=int, default=15, help="timed repeats per contender (default: 15)")
+    k.add_argument("--threads", type=int, default=torch.get_num_threads(),
+                   help="CPU threads for torch (default: torch's)")
+    k.add_argument("--out", help="folder for knowledge_cost.md and knowledge_cost.json")
+    k.set_defaults(func=_knowledge)
+    return p
