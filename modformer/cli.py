@@ -98,7 +98,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    result = convert(args.source, args.to, args.out, threshold=args.threshold)
+    result = convert(args.source, args.to, args.out, threshold=args.threshold, hf=args.hf)
     print(f"converted {result['source']} to the {result['to']} form: {result['out']}\n"
           f"parameters {result['parameters_before']:,} -> {result['parameters_after']:,}; largest logit "
           f"difference on random tokens (float64, weights stored in float32): {result['max_logit_difference']:.3g}")
@@ -166,9 +166,12 @@ def build_parser() -> argparse.ArgumentParser:
                     "to ordinary FFNs. Writes a checkpoint and prints the largest logit difference it measured.")
     cv.add_argument("source", help="checkpoint file, run directory, or Hugging Face model folder")
     cv.add_argument("--to", required=True, choices=["knowledge", "ffn"], help="the form to convert to")
-    cv.add_argument("--out", required=True, help="checkpoint file to write")
+    cv.add_argument("--out", required=True, help="checkpoint file to write (a new folder with --hf)")
     cv.add_argument("--threshold", default="linear", choices=["linear", "mlp", "none"],
                     help="threshold network of the knowledge layers (--to knowledge)")
+    cv.add_argument("--hf", action="store_true",
+                    help="with --to ffn: write --out as a Hugging Face LlamaForCausalLM folder (a knowledge model "
+                         "with swiglu activation folds into Llama's MLP), reloaded to check its logits")
     cv.set_defaults(func=cmd_convert)
 
     ls = sub.add_parser("list", help="list the registered variants, parts and tasks")

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from modformer.config import load_config
+from modformer.errors import ModformerError
 from modformer.knowledge.convert import convert, load_checkpoint_model
 from modformer.train.checkpoint import save_checkpoint
 from modformer.variants import build_model
@@ -55,6 +56,26 @@ def test_hugging_face_folder_to_knowledge(tmp_path):
         assert (knowledge(tokens) - hf(tokens).logits).abs().max() < 1e-4
 
 
+def test_hugging_face_llama_round_trip_through_the_knowledge_form(tmp_path):
+    """A Llama folder -> knowledge checkpoint (one shared E) -> a Llama folder again, which
+    transformers loads with the original's logits."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=600, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=1, max_position_embeddings=64)).eval()
+    hf.save_pretrained(tmp_path / "hf")
+    convert(tmp_path / "hf", "knowledge", tmp_path / "k.safetensors")
+    result = convert(tmp_path / "k.safetensors", "ffn", tmp_path / "back", hf=True)
+    assert result["max_logit_difference"] < 1e-4
+    back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "back").eval()
+    assert back.config.mlp_bias and back.config.num_key_value_heads == 1
+    tokens = torch.randint(0, 600, (2, 16))
+    with torch.no_grad():
+        assert (back(tokens).logits - hf(tokens).logits).abs().max() < 1e-4
+    assert not any(p.name.startswith(".back.partial") for p in tmp_path.iterdir())
+
+
 def test_bad_conversions_are_clear_errors(tmp_path):
     _, path = saved_model(tmp_path)
     for args, message in (([str(path), "--to", "ffn"], "no knowledge layers"),
@@ -72,11 +93,21 @@ def test_more_bad_conversions_are_clear_errors(tmp_path):
     (tmp_path / "outdir").mkdir()
     cases = (([str(corrupt), "--to", "knowledge", "--out", str(tmp_path / "o.safetensors")], "corrupt"),
              ([str(tmp_path / "empty"), "--to", "knowledge", "--out", str(tmp_path / "o.safetensors")], "neither"),
-             ([str(path), "--to", "knowledge", "--out", str(tmp_path / "outdir")], "is a folder"))
+             ([str(path), "--to", "knowledge", "--out", str(tmp_path / "outdir")], "is a folder"),
+             ([str(path), "--to", "knowledge", "--hf", "--out", str(tmp_path / "new")], "use it with --to ffn"),
+             ([str(path), "--to", "ffn", "--hf", "--out", str(tmp_path / "outdir")], "already exists"))
     for args, message in cases:
         result = subprocess.run([sys.executable, "-m", "modformer.cli", "convert", *args], capture_output=True,
                                 text=True, timeout=120)
         assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+
+def test_only_a_gated_knowledge_model_has_a_llama_form(tmp_path):
+    _, path = saved_model(tmp_path, "model.ffn=relu")
+    convert(path, "knowledge", tmp_path / "k.safetensors")
+    with pytest.raises(ModformerError, match="Llama's MLP is SwiGLU"):
+        convert(tmp_path / "k.safetensors", "ffn", tmp_path / "hf", hf=True)
+    assert not (tmp_path / "hf").exists()
 
 
 def test_other_variants_are_refused(tmp_path):

@@ -6,11 +6,19 @@ modformer checkpoint holding the converted model and its config (the rest of the
 config kept), which `modformer eval` and `load_checkpoint_model` read. The command checks
 its own work: it prints the largest logit difference between the model before and after,
 on random tokens, in float64.
+
+With `hf=True` (`--hf`) the result is written instead as a Hugging Face `LlamaForCausalLM`
+folder (`save_pretrained`): folding a gated (swiglu) knowledge model gives Llama's MLP with
+biases, so a Llama unfolded to the knowledge form comes back as a Llama. The folder is
+reloaded with transformers and its logits are the ones compared. A knowledge model has no
+Llama form, and a modformer checkpoint holds no tokenizer: copy it from the original model.
 """
 
 from __future__ import annotations
 
 import copy
+import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -52,13 +60,19 @@ def max_logit_difference(a: Transformer, b: Transformer, seq_len: int, seed: int
         return (a64(tokens) - b64(tokens)).abs().max().item()
 
 
-def convert(source: str | Path, to: str, out: str | Path, *, threshold: str = "linear") -> dict[str, Any]:
+def convert(source: str | Path, to: str, out: str | Path, *, threshold: str = "linear",
+            hf: bool = False) -> dict[str, Any]:
     """Convert `source` to the knowledge form (`to="knowledge"`) or back to FFNs (`to="ffn"`);
-    write a checkpoint to `out`; return what was done, with the measured logit difference."""
+    write a checkpoint (or, with `hf`, a Hugging Face folder) to `out`; return what was done,
+    with the measured logit difference."""
     if to not in TARGETS:
         raise ModformerError(f"--to must be one of {', '.join(TARGETS)}, got '{to}'")
     source, out = Path(source), Path(out)
-    if out.is_dir():
+    if hf and to != "ffn":
+        raise ModformerError("--hf writes a Llama folder, and a knowledge model has none: use it with --to ffn")
+    if hf and out.exists():
+        raise ModformerError(f"--out {out} already exists; give a new folder for the Hugging Face model")
+    if not hf and out.is_dir():
         raise ModformerError(f"--out {out} is a folder; give the checkpoint file to write")
     model, data, step = _load_source(source)
     cfg = config_from_dict(data).model
@@ -74,6 +88,8 @@ def convert(source: str | Path, to: str, out: str | Path, *, threshold: str = "l
     new_data = {**data, "model": to_dict(new_cfg)}
     check = build_model(config_from_dict(new_data).model, seed=0)
     load_model_state(check, converted.state_dict(), "the converted model")  # it loads as its config says
+    if hf:
+        return _write_hf(model, converted, new_cfg, source, out)
     difference = max_logit_difference(model, converted, seq_len=min(cfg.max_seq_len or 64, 64))
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -83,3 +99,27 @@ def convert(source: str | Path, to: str, out: str | Path, *, threshold: str = "l
     return {"source": str(source), "to": to, "out": str(out), "max_logit_difference": difference,
             "parameters_before": sum(p.numel() for p in model.parameters()),
             "parameters_after": sum(p.numel() for p in converted.parameters())}
+
+
+def _write_hf(model: Transformer, converted: Transformer, cfg, source: Path, out: Path) -> dict[str, Any]:
+    """Save `converted` as a LlamaForCausalLM folder (written beside, then renamed into place),
+    reload it, and compare its logits with `model`'s."""
+    from ..interop.hf_llama import from_hf_llama, load_hf_llama, to_hf_llama
+
+    if cfg.ffn != "swiglu":
+        raise ModformerError(f"its FFNs fold to '{cfg.ffn}', and Llama's MLP is SwiGLU: only a knowledge model "
+                             f"with model.knowledge.activation=swiglu has a Llama form")
+    hf_model = to_hf_llama(converted, cfg)
+    partial = out.with_name(f".{out.name}.partial-{os.getpid()}")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        hf_model.save_pretrained(partial)
+        partial.rename(out)
+    except OSError as e:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise ModformerError(f"cannot write {out}: {e.strerror or e}") from None
+    reloaded, _ = from_hf_llama(load_hf_llama(out))
+    difference = max_logit_difference(model, reloaded, seq_len=min(cfg.max_seq_len or 64, 64))
+    return {"source": str(source), "to": "ffn (Hugging Face Llama folder)", "out": str(out),
+            "max_logit_difference": difference, "parameters_before": sum(p.numel() for p in model.parameters()),
+            "parameters_after": sum(p.numel() for p in hf_model.parameters())}
