@@ -25,6 +25,17 @@ def saved_model(tmp_path, *overrides):
     return model, path
 
 
+def saved_llama(folder, num_key_value_heads=2):
+    """A tiny random LlamaForCausalLM, saved to `folder` and returned in eval mode."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=600, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=num_key_value_heads, max_position_embeddings=64)).eval()
+    hf.save_pretrained(folder)
+    return hf
+
+
 @pytest.mark.parametrize("ffn", ["swiglu", "relu"])
 def test_checkpoint_to_knowledge_and_back_keeps_logits(tmp_path, ffn):
     model, path = saved_model(tmp_path, f"model.ffn={ffn}")
@@ -43,12 +54,7 @@ def test_checkpoint_to_knowledge_and_back_keeps_logits(tmp_path, ffn):
 
 
 def test_hugging_face_folder_to_knowledge(tmp_path):
-    transformers = pytest.importorskip("transformers")
-    torch.manual_seed(0)
-    hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(
-        vocab_size=600, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-        num_key_value_heads=2, max_position_embeddings=64)).eval()
-    hf.save_pretrained(tmp_path / "hf")
+    hf = saved_llama(tmp_path / "hf")
     convert(tmp_path / "hf", "knowledge", tmp_path / "k.safetensors")
     knowledge, _, _ = load_checkpoint_model(tmp_path / "k.safetensors")
     tokens = torch.randint(0, 600, (2, 16))
@@ -60,11 +66,7 @@ def test_hugging_face_llama_round_trip_through_the_knowledge_form(tmp_path):
     """A Llama folder -> knowledge checkpoint (one shared E) -> a Llama folder again, which
     transformers loads with the original's logits."""
     transformers = pytest.importorskip("transformers")
-    torch.manual_seed(0)
-    hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(
-        vocab_size=600, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-        num_key_value_heads=1, max_position_embeddings=64)).eval()
-    hf.save_pretrained(tmp_path / "hf")
+    hf = saved_llama(tmp_path / "hf", num_key_value_heads=1)
     convert(tmp_path / "hf", "knowledge", tmp_path / "k.safetensors")
     result = convert(tmp_path / "k.safetensors", "ffn", tmp_path / "back", hf=True)
     assert result["max_logit_difference"] < 1e-4
