@@ -335,3 +335,26 @@ def test_config_errors_name_their_key(override):
     key = override.split("=")[0]
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         load_config(None, ["model.variant=knowledge", override])
+
+
+def test_groups_of_layers_each_share_their_own_base():
+    model = build_model(small(KnowledgeConfig(n_entries=12, groups=[[0, 2], [1]]), n_layers=3), seed=0)
+    assert [n for n in dict(model.named_parameters()) if n.endswith("entries")] == [
+        "knowledge.0.entries", "knowledge.1.entries"]
+    bases = [block.ffn.base for block in model.blocks]
+    assert bases[0] is bases[2] is model.knowledge[0] and bases[1] is model.knowledge[1]
+    # Only layer 1 reads base 1: a loss on layer 1's output alone reaches base 1 and not base 0.
+    h = torch.randn(2, 5, 32)
+    model.blocks[1].ffn(h).sum().backward()
+    assert model.knowledge[1].entries.grad.abs().sum() > 0 and model.knowledge[0].entries.grad is None
+    folded = fold_model(model)
+    tokens = torch.randint(0, 40, (2, 16), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert max_diff(folded(tokens), model(tokens)) < 1e-4
+    assert not hasattr(folded, "knowledge")
+
+
+@pytest.mark.parametrize("groups", ["[[0], [0, 1]]", "[[0]]", "[[0, 1], []]", "[[0, 5], [1]]"])
+def test_groups_must_cover_every_layer_once(groups):
+    with pytest.raises(ConfigError, match="model.knowledge.groups"):
+        load_config(None, ["model.variant=knowledge", "model.n_layers=2", f"model.knowledge.groups={groups}"])

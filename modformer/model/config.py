@@ -76,6 +76,7 @@ class ModelConfig:
         for key in ("rope_theta", "norm_eps", "init_std", "residual_scale"):
             if getattr(self, key) <= 0:
                 raise ConfigError(f"model.{key} must be positive, got {getattr(self, key)}")
+        self.knowledge.check_groups(self.n_layers)
 
     @property
     def head_dim(self) -> int:

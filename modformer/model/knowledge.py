@@ -57,6 +57,9 @@ class KnowledgeConfig:
                                    "or token (the paper's N x n_E form: a bias per entry plus Linear-GELU-Linear of "
                                    "each token's H; it depends on the token, so the layer cannot fold into an FFN)")
     threshold_hidden: int = option(16, "hidden width of the mlp and token threshold networks")
+    groups: list[list[int]] | None = option(
+        None, "layers that share a base, one base per group, e.g. [[0, 1], [2, 3]] (parameters knowledge.0.entries, "
+              "knowledge.1.entries); every layer in exactly one group. null: one base for all (knowledge.entries)")
 
     def __post_init__(self) -> None:
         for key in ("n_entries", "d_entry", "d_key"):
@@ -71,6 +74,14 @@ class KnowledgeConfig:
         if self.threshold not in THRESHOLDS:
             raise ConfigError(f"model.knowledge.threshold must be one of {', '.join(THRESHOLDS)}, "
                               f"got {self.threshold!r}")
+
+    def check_groups(self, n_layers: int) -> None:
+        if self.groups is None:
+            return
+        flat = [i for group in self.groups for i in group]
+        if not self.groups or any(not group for group in self.groups) or sorted(flat) != list(range(n_layers)):
+            raise ConfigError(f"model.knowledge.groups must put each of the {n_layers} layers (0..{n_layers - 1}) "
+                              f"in exactly one non-empty group, got {self.groups}")
 
     def sizes(self, d_model: int, d_ff: int) -> tuple[int, int, int]:
         """(n_E, d_E, d_k) with the nulls resolved against the model's widths."""

@@ -2,12 +2,15 @@
 
 The mixer stays as configured (`model.mixer`); each block's feed-forward slot is a
 `KnowledgeFFN` over the same `KnowledgeBase`, registered once on the model as `knowledge`
-(parameter `knowledge.entries`). `model.knowledge.*` sets the base and the readers;
+(parameter `knowledge.entries`; with `model.knowledge.groups`, one base per group of layers,
+`knowledge.{g}.entries`). `model.knowledge.*` sets the base and the readers;
 `model.ffn` and `model.ffn_bias` are not used (b2 is always there, as in the paper).
 Everything trains; `model.freeze=['blocks.*']` (and the other parts) leaves only E to train.
 """
 
 from __future__ import annotations
+
+from torch import nn
 
 from ..model.config import ModelConfig
 from ..model.knowledge import KnowledgeBase, KnowledgeFFN
@@ -26,11 +29,16 @@ def knowledge_ffn(base: KnowledgeBase, cfg: ModelConfig) -> KnowledgeFFN:
 
 
 def build_knowledge(cfg: ModelConfig) -> Transformer:
-    """The configured decoder with every feed-forward module replaced by a reader of one base."""
+    """The configured decoder with every feed-forward module replaced by a reader of one base
+    (or of its group's base, with `model.knowledge.groups`)."""
     n_entries, d_entry, _ = cfg.knowledge.sizes(cfg.d_model, cfg.ffn_dim)
-    base = KnowledgeBase(n_entries, d_entry)
-    model = build_decoder(cfg, ffn=lambda c: knowledge_ffn(base, c))
-    model.add_module("knowledge", base)  # the one place E is registered
+    groups = cfg.knowledge.groups
+    bases = [KnowledgeBase(n_entries, d_entry) for _ in (groups or [None])]
+    base_of = {i: bases[g] for g, group in enumerate(groups) for i in group} if groups else None
+    layer = iter(range(cfg.n_layers))  # build_decoder makes the FFNs in layer order
+    model = build_decoder(cfg, ffn=lambda c: knowledge_ffn(base_of[next(layer)] if base_of else bases[0], c))
+    # The one place each E is registered.
+    model.add_module("knowledge", nn.ModuleList(bases) if groups else bases[0])
     return model
 
 
