@@ -1,0 +1,9 @@
+"""LLM Modules (arXiv 2502.08213): a frozen teacher feeds a student through enhanced
+cross-attention. `EnhancedCrossAttention` is the bridge; `alignment` maps teacher tokens to
+student positions (character offsets when the tokenizers differ), which is what keeps the
+bridge causal."""
+
+from .alignment import causal_visibility, leaky_visibility, offset_visibility
+from .cross_attention import EnhancedCrossAttention
+
+__all__ = ["EnhancedCrossAttention", "causal_visibility", "leaky_visibility", "offset_visibility"]
