@@ -65,3 +65,67 @@ def test_offsets_align_two_real_tokenizers():
     assert offset_visibility([s.offsets], [t.offsets], student_len=3).tolist() == [[1, 5, 9]]
     # With one tokenizer the offsets reduce to the identity: position i sees i + 1 states.
     assert torch.equal(offset_visibility([t.offsets], [t.offsets], 9), causal_visibility(9, torch.tensor([9])))
+
+
+def tiny_llama(layers=3):
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=layers, num_attention_heads=2,
+        num_key_value_heads=2, max_position_embeddings=64))
+
+
+def test_teacher_layers_match_hugging_face_for_our_model_too():
+    from modformer.bridge.teacher import Teacher
+    from modformer.interop.hf_llama import from_hf_llama
+
+    hf = tiny_llama().eval()
+    ours, _ = from_hf_llama(hf)
+    ids = torch.randint(0, 100, (2, 9))
+    for layer in (0, 1, 3, -1):
+        assert torch.allclose(Teacher(hf, layer)(ids), Teacher(ours, layer)(ids), atol=1e-5), layer
+
+
+def test_teacher_is_frozen_for_good():
+    from modformer.bridge.teacher import Teacher
+
+    hf = tiny_llama()
+    teacher = Teacher(hf.train(), layer=2)
+    owner = torch.nn.ModuleDict({"teacher": teacher, "bridge": bridge(d_t=32)})
+    owner.train()
+    assert not teacher.model.training and not any(p.requires_grad for p in teacher.parameters())
+    before = {k: v.clone() for k, v in hf.state_dict().items()}
+    out = owner["bridge"](torch.randn(1, 5, 16), teacher(torch.randint(0, 100, (1, 5))), causal_visibility(5, torch.tensor([5])))
+    out.sum().backward()
+    assert all(p.grad is None for p in teacher.parameters())
+    assert all(torch.equal(before[k], v) for k, v in hf.state_dict().items())
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bf16"])
+def test_cache_returns_the_states_the_teacher_computes(tmp_path, dtype):
+    from modformer.bridge.cache import TeacherStateCache
+    from modformer.bridge.teacher import Teacher
+
+    teacher = Teacher(tiny_llama().eval(), layer=2)
+    g = torch.Generator().manual_seed(0)
+    rows = [torch.randint(0, 100, (n,), generator=g) for n in (5, 9, 3, 7, 8)]
+    calls = []
+    teacher.register_forward_hook(lambda *a: calls.append(1))
+    cache = TeacherStateCache.build(teacher, "tiny", rows, tmp_path / "cache", dtype=dtype, batch_size=2)
+    assert len(calls) == 3 and len(cache) == 5
+    states, lengths = cache.get([1, 2])
+    assert lengths.tolist() == [9, 3] and states.shape == (2, 9, 32) and not states[1, 3:].any()
+    # Exactly what the teacher computes for the same right-padded batches the cache was built from
+    # (batches [0, 1], [2, 3], [4]); bf16 to its precision.
+    for i, (r, batch) in enumerate(((1, (0, 1)), (2, (2, 3)))):
+        ids = torch.nn.utils.rnn.pad_sequence([rows[j] for j in batch], batch_first=True)
+        mask = torch.nn.utils.rnn.pad_sequence([torch.ones_like(rows[j]) for j in batch], batch_first=True)
+        want = teacher(ids, mask)[batch.index(r), :len(rows[r])]
+        got = states[i, :len(rows[r])]
+        assert torch.equal(got, want) if dtype == "float32" else torch.allclose(got, want, rtol=1e-2, atol=1e-3)
+    calls.clear()  # (the comparisons above called the teacher too)
+    again = TeacherStateCache.build(teacher, "tiny", rows, tmp_path / "cache", dtype=dtype)
+    assert not calls and torch.equal(again.get([1, 2])[0], states)  # read, not recomputed
+    TeacherStateCache.build(teacher, "tiny", rows[:4], tmp_path / "cache", dtype=dtype, batch_size=2)
+    assert len(calls) == 2  # other data: rebuilt
+    assert [p.name for p in tmp_path.iterdir()] == ["cache"]

@@ -4,6 +4,9 @@ student positions (character offsets when the tokenizers differ), which is what 
 bridge causal."""
 
 from .alignment import causal_visibility, leaky_visibility, offset_visibility
+from .cache import TeacherStateCache
 from .cross_attention import EnhancedCrossAttention
+from .teacher import Teacher
 
-__all__ = ["EnhancedCrossAttention", "causal_visibility", "leaky_visibility", "offset_visibility"]
+__all__ = ["EnhancedCrossAttention", "Teacher", "TeacherStateCache", "causal_visibility", "leaky_visibility",
+           "offset_visibility"]
