@@ -129,3 +129,46 @@ def test_cache_returns_the_states_the_teacher_computes(tmp_path, dtype):
     TeacherStateCache.build(teacher, "tiny", rows[:4], tmp_path / "cache", dtype=dtype, batch_size=2)
     assert len(calls) == 2  # other data: rebuilt
     assert [p.name for p in tmp_path.iterdir()] == ["cache"]
+
+
+def bridged(places=("input", "block_1")):
+    from modformer import build_model
+    from modformer.bridge.student import BridgedStudent
+    from modformer.model.config import ModelConfig
+
+    student = build_model(ModelConfig(vocab_size=100, d_model=16, n_layers=2, n_heads=2, max_seq_len=32), seed=0)
+    torch.manual_seed(1)
+    return student, BridgedStudent(student, 32, places, n_heads=4, dropout=0.0, adapter_bottleneck=8).eval()
+
+
+def test_combined_model_with_gates_at_zero_is_the_student_alone():
+    student, combined = bridged()
+    with torch.no_grad():
+        for b in combined.bridges.values():
+            b.gate.weight.zero_()
+            b.gate.bias.fill_(float("-inf"))
+        tokens = torch.randint(0, 100, (2, 7))
+        assert torch.equal(combined(tokens, torch.randn(2, 7, 32), causal_visibility(7, torch.tensor([7, 7]))),
+                           student(tokens))
+
+
+def test_combined_model_is_causal_in_the_text_and_the_leaky_bridge_is_not():
+    """The whole path: text -> frozen teacher -> bridge -> student logits. Changing the text
+    after position 3 leaves the logits at positions 0..3 unchanged, unless the bridge leaks."""
+    from modformer.bridge.teacher import Teacher
+
+    teacher = Teacher(tiny_llama(layers=2).eval(), layer=-1)
+    _, combined = bridged()
+    text = torch.randint(0, 100, (2, 8))
+    other = text.clone()
+    other[:, 4:] = (other[:, 4:] + 1) % 100
+    lengths = torch.tensor([8, 8])
+    with torch.no_grad():
+        run = lambda ids, see: combined(ids, teacher(ids), see(8, lengths))  # noqa: E731
+        assert torch.equal(run(text, causal_visibility)[:, :4], run(other, causal_visibility)[:, :4])
+        assert not torch.allclose(run(text, leaky_visibility)[:, :4], run(other, leaky_visibility)[:, :4])
+
+
+def test_bridge_places_are_checked():
+    with pytest.raises(ValueError, match="block_i"):
+        bridged(places=("block_2",))

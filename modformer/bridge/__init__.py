@@ -6,7 +6,8 @@ bridge causal."""
 from .alignment import causal_visibility, leaky_visibility, offset_visibility
 from .cache import TeacherStateCache
 from .cross_attention import EnhancedCrossAttention
+from .student import BridgedStudent
 from .teacher import Teacher
 
-__all__ = ["EnhancedCrossAttention", "Teacher", "TeacherStateCache", "causal_visibility", "leaky_visibility",
+__all__ = ["BridgedStudent", "EnhancedCrossAttention", "Teacher", "TeacherStateCache", "causal_visibility", "leaky_visibility",
            "offset_visibility"]
