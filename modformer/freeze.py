@@ -47,4 +47,8 @@ def freeze_all_but(model: nn.Module, patterns: Iterable[str]) -> list[str]:
             names = ", ".join(name for name, _ in list(model.named_parameters())[:6])
             raise ConfigError(f"train_only pattern '{pattern}' matches no parameter (names look like: {names}, ...)")
     keep = {name for pattern in patterns for name in matching_parameters(model, pattern)}
-    return freeze(model, [name for name, _ in model.named_parameters() if name not in keep])
+    frozen = freeze(model, [name for name, _ in model.named_parameters() if name not in keep])
+    if not any(p.requires_grad for p in model.parameters()):
+        raise ConfigError(f"train_only {patterns} leaves nothing to train: every parameter it names is frozen "
+                          f"by the variant or model.freeze")
+    return frozen

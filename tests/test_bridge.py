@@ -4,6 +4,8 @@ teacher-to-student alignment by character offsets."""
 import pytest
 import torch
 
+from modformer.errors import ModformerError
+
 from modformer.bridge import EnhancedCrossAttention, causal_visibility, leaky_visibility, offset_visibility
 
 
@@ -48,6 +50,10 @@ def test_offsets_align_the_docstring_example():
     student = [[(0, 3), (3, 7)]]  # "the", " cat"
     teacher = [[(0, 2), (2, 5), (5, 7)]]  # "th", "e c", "at"
     assert offset_visibility(student, teacher, student_len=3).tolist() == [[1, 3, 3]]
+    # Special tokens report (0, 0): a trailing end-of-text must not open "e c" to "the", and a
+    # leading begin-of-text is visible from the start.
+    assert offset_visibility(student, [teacher[0] + [(0, 0)]], 2).tolist() == [[1, 4]]
+    assert offset_visibility(student, [[(0, 0)] + teacher[0]], 2).tolist() == [[2, 4]]
 
 
 def test_offsets_align_two_real_tokenizers():
@@ -129,6 +135,24 @@ def test_cache_returns_the_states_the_teacher_computes(tmp_path, dtype):
     TeacherStateCache.build(teacher, "tiny", rows[:4], tmp_path / "cache", dtype=dtype, batch_size=2)
     assert len(calls) == 2  # other data: rebuilt
     assert [p.name for p in tmp_path.iterdir()] == ["cache"]
+    # A truncated states file is rebuilt, and a folder that is not a cache is never deleted.
+    (tmp_path / "cache" / "states.npy").write_bytes(b"")
+    calls.clear()
+    TeacherStateCache.build(teacher, "tiny", rows[:4], tmp_path / "cache", dtype=dtype, batch_size=2)
+    assert len(calls) == 2
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep me")
+    with pytest.raises(ModformerError, match="not a teacher-state cache"):
+        TeacherStateCache.build(teacher, "tiny", rows, tmp_path / "mine")
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
+
+
+def test_teacher_layer_must_exist():
+    from modformer.bridge.teacher import Teacher
+
+    with pytest.raises(ModformerError, match="teacher layer 4 does not exist"):
+        Teacher(tiny_llama(layers=3), layer=4)
+    Teacher(tiny_llama(layers=3), layer=-4)  # the embedding output
 
 
 def bridged(places=("input", "block_1")):
@@ -167,6 +191,16 @@ def test_combined_model_is_causal_in_the_text_and_the_leaky_bridge_is_not():
         run = lambda ids, see: combined(ids, teacher(ids), see(8, lengths))  # noqa: E731
         assert torch.equal(run(text, causal_visibility)[:, :4], run(other, causal_visibility)[:, :4])
         assert not torch.allclose(run(text, leaky_visibility)[:, :4], run(other, leaky_visibility)[:, :4])
+
+
+def test_removing_the_bridges_gives_back_the_student():
+    student, combined = bridged()
+    tokens = torch.randint(0, 100, (1, 6))
+    with torch.no_grad():
+        alone = student(tokens)
+        assert not torch.equal(combined(tokens, torch.randn(1, 6, 32), causal_visibility(6, torch.tensor([6]))), alone)
+        assert combined.remove() is student and not any(m._forward_hooks for m in student.modules())
+        assert torch.equal(student(tokens), alone)
 
 
 def test_bridge_places_are_checked():

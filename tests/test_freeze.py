@@ -68,6 +68,9 @@ def test_train_only_leaves_exactly_the_named_parameters_to_train():
     cfg = load_config(None, ["model.d_model=32", "model.variant=frozen_qk", "model.train_only=['blocks.0.mixer.*']"])
     assert trainable_names(build_model(cfg.model, seed=0)) == ["blocks.0.mixer.v_proj.weight",
                                                                "blocks.0.mixer.o_proj.weight"]
+    cfg = load_config(None, ["model.d_model=32", "model.variant=frozen_qk", "model.train_only=['blocks.*.mixer.q_proj.*']"])
+    with pytest.raises(ConfigError, match="leaves nothing to train"):
+        build_model(cfg.model, seed=0)
     cfg = load_config(None, ["model.d_model=32", "model.train_only=['blocks.*.nonesuch']"])
     with pytest.raises(ConfigError, match="train_only pattern 'blocks.\\*.nonesuch' matches no parameter"):
         build_model(cfg.model, seed=0)

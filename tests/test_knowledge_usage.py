@@ -55,3 +55,8 @@ def test_usage_command_writes_its_report(tiny_config, tmp_path):
     assert usage["tokens"] == 64 * 10 and len(usage["layers"]) == 2
     assert (tmp_path / "run" / "usage" / "usage.png").stat().st_size > 0
     assert_clean_error(modformer("usage", tmp_path / "missing"), "missing")
+
+
+def test_overlap_is_only_measured_between_layers_reading_the_same_base():
+    usage = entry_usage(knowledge_model(groups=[[0, 1], [2]]), torch.randint(0, 20, (4, 12)), top_k=3)
+    assert usage.overlap[0][1] is not None and usage.overlap[0][2] is None and usage.overlap[2][2] == 1.0

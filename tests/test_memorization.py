@@ -145,7 +145,8 @@ def test_new_facts_are_set_apart_and_reported_as_a_slice():
 
 
 @pytest.mark.parametrize("override, key", [({"new_facts": 1.0}, "new_facts"), ({"facts": "some"}, "facts"),
-                                           ({"facts": "new"}, "new_facts")])
+                                           ({"facts": "new"}, "new_facts"),
+                                           ({"facts": "old", "new_facts": 0.999}, "new_facts")])
 def test_injection_options_are_checked(override, key):
     with pytest.raises(ConfigError, match=f"task.{key}"):
         MemorizationConfig(n=8, **override)

@@ -154,6 +154,9 @@ def test_interrupted_sweep_stops_its_runs_and_continues_later(tmp_path):
 
 def test_init_from_names_each_runs_own_source(tmp_path):
     spec = {**SWEEP, "train": {**SWEEP.get("train", {}), "init_from": "stage1/runs/{variant}/default/seed{seed}"}}
-    runs = load_sweep(write(tmp_path, spec)).runs()
-    assert {r.config.train.init_from for r in runs} == {
-        f"stage1/runs/{r.variant}/default/seed{r.seed}" for r in runs}
+    sweep = load_sweep(write(tmp_path, spec))
+    assert {r.config.train.init_from for r in sweep.runs()} == {
+        f"stage1/runs/{r.variant}/default/seed{r.seed}" for r in sweep.runs()}
+    with pytest.raises(ModformerError, match="start from weights that do not exist"):  # before training anything
+        SweepRunner(sweep, tmp_path / "out", echo=lambda m: None).run()
+    assert not (tmp_path / "out" / "results.jsonl").exists()

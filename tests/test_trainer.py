@@ -145,6 +145,11 @@ def test_fine_tuning_starts_from_the_source_and_moves_only_what_trains(tiny_conf
     tuned = final_state(tmp_path / "tuned").model
     moved = sorted(k for k in source if not torch.equal(source[k], tuned[k]))
     assert moved == ["blocks.1.ffn.down_proj.weight", "blocks.1.ffn.gate_proj.weight", "blocks.1.ffn.up_proj.weight"]
+    # Once the run has a checkpoint of its own, resuming it no longer needs the source.
+    shutil.rmtree(tmp_path / "source")
+    cfg6 = tiny_config("train.steps=4", "train.seed=5", f"train.init_from={tmp_path / 'source'}",
+                       "model.train_only=['blocks.1.ffn.*']")
+    run(cfg6, tmp_path / "tuned", resume=True)
 
 
 @pytest.mark.parametrize("init_from", ["missing", "foreign"])

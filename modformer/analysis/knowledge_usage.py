@@ -48,7 +48,7 @@ class Usage:
     rel_tol: float
     layers: list[LayerUsage]
     mass: list[list[float]]  # (n_layers, n_E): each layer's mean |S| per entry
-    overlap: list[list[float]]  # (n_layers, n_layers): Jaccard overlap of the layers' top-k entry sets
+    overlap: list[list[float | None]]  # (n_layers, n_layers): Jaccard overlap of top-k entry sets (None: other base)
     per_token: dict[int, list[list[int]]]  # token id -> per layer, its top entries by mean |S|
 
 
@@ -58,6 +58,8 @@ def entry_usage(model: nn.Module, inputs: torch.Tensor, *, top_k: int = 5, rel_t
 
     `per_token` covers the `frequent_tokens` most frequent ids in `inputs`.
     """
+    if top_k < 1:
+        raise ModformerError(f"top_k must be positive, got {top_k}")
     if inputs.ndim != 2 or inputs.shape[0] == 0:
         raise ValueError(f"inputs must be a non-empty (N, T) tensor of token ids, got shape {tuple(inputs.shape)}")
     if not any(isinstance(m, KnowledgeFFN) for m in model.modules()):
@@ -85,7 +87,10 @@ def entry_usage(model: nn.Module, inputs: torch.Tensor, *, top_k: int = 5, rel_t
                                  [(int(e), float(v)) for e, v in zip(top.indices, top.values)], float(top.values.sum())))
         mass.append(m.tolist())
         top_sets.append(set(top.indices.tolist()))
-    overlap = [[len(a & b) / len(a | b) for b in top_sets] for a in top_sets]
+    # Entry j of one base has nothing to do with entry j of another (model.knowledge.groups).
+    base_of = [id(m.base) for m in model.modules() if isinstance(m, KnowledgeFFN)]
+    overlap = [[len(a & b) / len(a | b) if base_of[i] == base_of[j] else None for j, b in enumerate(top_sets)]
+               for i, a in enumerate(top_sets)]
     per_token = {tok: [s[flat_tokens == tok].mean(0).topk(k).indices.tolist() for s in scores] for tok in frequent}
     return Usage(scores[0].shape[1], flat_tokens.numel(), rel_tol, layers, mass, overlap, per_token)
 
@@ -101,9 +106,10 @@ def markdown(usage: Usage) -> str:
         lines.append(f"| {layer.layer} | {layer.active_fraction:.1%} ({layer.active_fraction * usage.n_entries:.1f}) | "
                      f"{layer.entries_used} of {usage.n_entries} | {tops} | {layer.top_share:.1%} |")
     n = len(usage.layers)
-    lines += ["", "Overlap of the layers' top entries (Jaccard):", "",
+    lines += ["", "Overlap of the layers' top entries (Jaccard; - for layers reading different bases):", "",
               "| layer | " + " | ".join(map(str, range(n))) + " |", "|---" * (n + 1) + "|"]
-    lines += [f"| {i} | " + " | ".join(f"{v:.2f}" for v in row) + " |" for i, row in enumerate(usage.overlap)]
+    lines += [f"| {i} | " + " | ".join("-" if v is None else f"{v:.2f}" for v in row) + " |"
+              for i, row in enumerate(usage.overlap)]
     lines += ["", "Entries most used per token (most frequent input tokens; top entries per layer):", "",
               "| token | " + " | ".join(f"layer {i}" for i in range(n)) + " |", "|---" * (n + 1) + "|"]
     lines += [f"| {tok} | " + " | ".join(", ".join(map(str, e)) for e in per_layer) + " |"
@@ -129,7 +135,10 @@ def plot(usage: Usage, path: Path) -> None:
 
 
 def write_usage(usage: Usage, out: Path) -> Path:
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ModformerError(f"cannot write to {out}: {e.strerror or e}") from None
     atomic_write_text(out / "usage.json", json.dumps(asdict(usage), indent=1))
     atomic_write_text(out / "usage.md", markdown(usage) + "\n![usage](usage.png)\n")
     plot(usage, out / "usage.png")
@@ -141,6 +150,8 @@ def _run_command(args: argparse.Namespace) -> int:
     from ..evaluate import load_checkpoint_model
     from ..registry import TASKS
 
+    if args.examples < 1 or args.top < 1:
+        raise ModformerError("--examples and --top must be positive")
     model, data, _ = load_checkpoint_model(Path(args.source))
     cfg = config_from_dict(data)
     inputs = TASKS[cfg.task.name](cfg.task).validation_set().inputs[:args.examples]

@@ -15,8 +15,8 @@ from .knowledge import knowledge_cost, markdown
 
 
 def _knowledge(args: argparse.Namespace) -> int:
-    if args.width < 8 or args.repeats < 1 or args.layers < 1:
-        raise ModformerError("--width must be at least 8, --repeats and --layers positive")
+    if args.width < 8 or args.width % 8 or args.repeats < 1 or args.layers < 1 or args.threads < 1:
+        raise ModformerError("--width must be a multiple of 8 (at least 8); --repeats, --layers and --threads positive")
     torch.set_num_threads(args.threads)
     tokens = [tuple(int(v) for v in item.split("x")) for item in args.tokens]
     rows = knowledge_cost(d_model=args.width, tokens=tokens, n_layers=args.layers, repeats=args.repeats)
@@ -24,7 +24,10 @@ def _knowledge(args: argparse.Namespace) -> int:
     print(text)
     if args.out:
         out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ModformerError(f"cannot write to {out}: {e.strerror or e}") from None
         atomic_write_text(out / "knowledge_cost.md", "# Knowledge layer against the FFN it folds into\n\n" + text)
         atomic_write_text(out / "knowledge_cost.json", json.dumps(
             [{**asdict(r), "ratio": r.ratio} for r in rows], indent=1) + "\n")
@@ -48,7 +51,7 @@ def add_bench_command(subparsers: argparse._SubParsersAction) -> argparse.Argume
         description="Time a training step (forward and backward, E included) and an inference forward of a "
                     "knowledge layer and of fold(layer), interleaved, at each batch x sequence; the same for a "
                     "knowledge model against its folded standard model. Prints the medians and their ratio.")
-    k.add_argument("--width", type=int, default=256, help="d_model; n_E = d_ff = 4 x width (default: 256)")
+    k.add_argument("--width", type=int, default=256, help="d_model, a multiple of 8; n_E = d_ff = 4 x width; heads of width 8 to 64 (default: 256)")
     k.add_argument("--layers", type=int, default=4, help="layers of the whole-model comparison (default: 4)")
     k.add_argument("--tokens", nargs="+", type=_tokens, default=["8x64", "16x256"], metavar="BATCHxSEQ",
                    help="shapes to time (default: 8x64 16x256)")

@@ -75,6 +75,12 @@ def _compare(what: str, shape: str, knowledge: nn.Module, ffn: nn.Module, x: tor
     return rows
 
 
+def _heads(d_model: int) -> int:
+    """Heads of width 64 where the width allows, else the fewest heads of width 8 or more."""
+    return d_model // 64 if d_model % 64 == 0 else next(h for h in range(1, d_model + 1)
+                                                         if d_model % h == 0 and d_model // h <= 64)
+
+
 def knowledge_cost(*, d_model: int = 256, tokens: list[tuple[int, int]] = ((8, 64), (16, 256)), n_layers: int = 4,
                    repeats: int = 15, seed: int = 0) -> list[CostRow]:
     """Layer and model timings for each (batch, seq) in `tokens`; n_E = d_ff = 4 d_model."""
@@ -87,7 +93,7 @@ def knowledge_cost(*, d_model: int = 256, tokens: list[tuple[int, int]] = ((8, 6
             p.normal_(0.0, 0.02, generator=g)
     layer_with_base = _LayerWithBase(layer, base)
     folded = fold(layer)
-    cfg = ModelConfig(vocab_size=512, d_model=d_model, n_layers=n_layers, n_heads=max(1, d_model // 64),
+    cfg = ModelConfig(vocab_size=512, d_model=d_model, n_layers=n_layers, n_heads=_heads(d_model),
                       max_seq_len=max(t for _, t in tokens), variant="knowledge", ffn="relu",
                       knowledge=KnowledgeConfig(activation="relu"))
     model = build_model(cfg, seed)

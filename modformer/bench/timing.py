@@ -1,6 +1,6 @@
-"""Interleaved timing: contenders run in turn, repeat after repeat, so that a machine that
-slows down or speeds up (other jobs, frequency scaling) affects each contender alike; the
-median of the repeats is reported."""
+"""Interleaved timing: contenders run in turn, repeat after repeat (in alternating order), so
+that a machine that slows down or speeds up (other jobs, frequency scaling) affects each
+contender alike; the median of the repeats is reported."""
 
 from __future__ import annotations
 
@@ -19,8 +19,10 @@ def time_interleaved(contenders: dict[str, Callable[[], object]], *, repeats: in
         for _ in range(warmup):
             fn()
     samples: dict[str, list[float]] = {name: [] for name in contenders}
-    for _ in range(repeats):
-        for name, fn in contenders.items():
+    order = list(contenders.items())
+    for repeat in range(repeats):
+        # Alternate who goes first, so that neither always runs on the other's warm caches.
+        for name, fn in (order if repeat % 2 == 0 else order[::-1]):
             start = time.perf_counter()
             for _ in range(inner):
                 fn()

@@ -10,7 +10,8 @@ teacher states of text up to the end of student token i, never of text after it.
   Face tokenizers' `offset_mapping`). Teacher token j may be read at student position i
   when it ends at or before student token i ends: visible[b, i] = #{j : t_end[j] <= s_end[i]}.
   A teacher token that straddles the end of student token i is not visible yet (it has seen
-  characters past i). `offset_visibility`. Worked example, text "the cat":
+  characters past i), nor is anything after it; special tokens (offsets (0, 0)) become
+  visible with the text before them. `offset_visibility`. Worked example, text "the cat":
 
       student tokens  "the" (0,3)  " cat" (3,7)
       teacher tokens  "th" (0,2)  "e c" (2,5)  "at" (5,7)
@@ -49,8 +50,12 @@ def offset_visibility(student_offsets: Sequence[Sequence[tuple[int, int]]],
     for b, (s_row, t_row) in enumerate(zip(student_offsets, teacher_offsets)):
         if len(s_row) > student_len:
             raise ValueError(f"row {b} has {len(s_row)} student tokens, more than student_len={student_len}")
-        t_ends = torch.tensor([end for _, end in t_row], dtype=torch.long)
+        # The mask shows a prefix of teacher positions, so count the prefix: a teacher position
+        # is visible once every position up to it has ended. Special tokens and padding report
+        # (0, 0); a later one would otherwise count as "ended" and open the window early.
+        ends = [end for _, end in t_row]
+        reach = torch.tensor(ends, dtype=torch.long).cummax(0).values if ends else torch.zeros(0, dtype=torch.long)
         s_ends = torch.tensor([end for _, end in s_row], dtype=torch.long)
-        out[b, :len(s_row)] = (t_ends[None, :] <= s_ends[:, None]).sum(-1) if len(t_row) else 0
+        out[b, :len(s_row)] = torch.searchsorted(reach, s_ends, right=True)
         out[b, len(s_row):] = len(t_row)
     return out

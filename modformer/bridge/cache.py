@@ -28,6 +28,7 @@ import torch
 from ..errors import ModformerError
 
 DTYPES = ("float32", "bf16")
+CACHE_FILES = {"index.json", "states.npy"}
 
 
 def fingerprint(teacher_name: str, layer: int, dtype: str, rows: Sequence[torch.Tensor]) -> str:
@@ -66,14 +67,11 @@ class TeacherStateCache:
             raise ModformerError(f"teacher cache dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
         folder = Path(folder)
         key = fingerprint(teacher_name, teacher.layer, dtype, rows)
-        index_file = folder / "index.json"
-        if index_file.exists():
-            try:
-                index = json.loads(index_file.read_text())
-            except (OSError, json.JSONDecodeError):
-                index = {}
-            if index.get("fingerprint") == key:
-                return cls(folder, index)
+        found = cls._open(folder, key)
+        if found is not None:
+            return found
+        if folder.exists() and (not folder.is_dir() or set(p.name for p in folder.iterdir()) - CACHE_FILES):
+            raise ModformerError(f"{folder} exists and is not a teacher-state cache; choose another folder")
         lengths = [len(r) for r in rows]
         offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64) if rows else np.zeros(0, np.int64)
         partial = folder.with_name(f".{folder.name}.partial-{os.getpid()}")
@@ -89,7 +87,7 @@ class TeacherStateCache:
             mask = torch.zeros(len(batch), width, dtype=torch.long)
             for i, r in enumerate(batch):
                 ids[i, :len(r)], mask[i, :len(r)] = r, 1
-            hidden = teacher(ids, mask)  # right padding: a causal teacher's real positions ignore it
+            hidden = teacher(ids, mask).cpu()  # right padding: a causal teacher's real positions ignore it
             for i, r in enumerate(batch):
                 row = hidden[i, :len(r)]
                 o = offsets[start + i]
@@ -100,6 +98,27 @@ class TeacherStateCache:
         index = {"fingerprint": key, "teacher": teacher_name, "layer": teacher.layer, "dtype": dtype,
                  "offsets": offsets.tolist(), "lengths": lengths}
         (partial / "index.json").write_text(json.dumps(index))
-        shutil.rmtree(folder, ignore_errors=True)
-        partial.rename(folder)
+        shutil.rmtree(folder, ignore_errors=True)  # a stale cache of ours (checked above)
+        try:
+            partial.rename(folder)
+        except OSError:  # another process put its cache there first: use it if it is this one
+            shutil.rmtree(partial, ignore_errors=True)
+            found = cls._open(folder, key)
+            if found is None:
+                raise ModformerError(f"cannot write the teacher-state cache {folder}") from None
+            return found
         return cls(folder, index)
+
+    @classmethod
+    def _open(cls, folder: Path, key: str) -> "TeacherStateCache | None":
+        """The cache in `folder` if it is complete and holds `key`'s states, else None."""
+        try:
+            index = json.loads((folder / "index.json").read_text())
+            if index.get("fingerprint") != key:
+                return None
+            cache = cls(folder, index)
+            if cache.states.shape[0] != int(sum(index["lengths"])):
+                return None
+            return cache
+        except (OSError, ValueError, KeyError, EOFError):  # missing, truncated or foreign files: rebuild
+            return None

@@ -37,8 +37,15 @@ class BridgedStudent(nn.Module):
             d_student, d_teacher, n_heads, dropout=dropout, adapter_bottleneck=adapter_bottleneck) for place in places})
         self._reading: tuple[torch.Tensor, torch.Tensor] | None = None
         modules = dict(student.named_modules())
-        for place, point in points.items():
-            modules[point].register_forward_hook(self._bridge_hook(place))
+        self._handles = [modules[point].register_forward_hook(self._bridge_hook(place))
+                         for place, point in points.items()]
+
+    def remove(self) -> Transformer:
+        """Detach the bridges from the student (which is then exactly as before) and return it."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+        return self.student
 
     def _bridge_hook(self, place: str):
         def hook(_module, _inputs, output):
@@ -49,7 +56,8 @@ class BridgedStudent(nn.Module):
 
     def forward(self, tokens: torch.Tensor, teacher_states: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
         """tokens (B, S), teacher_states (B, U, d_teacher), visible (B, S) -> logits (B, S, vocab)."""
-        self._reading = (teacher_states, visible)
+        device = tokens.device
+        self._reading = (teacher_states.to(device), visible.to(device))
         try:
             return self.student(tokens)
         finally:

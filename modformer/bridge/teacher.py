@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..errors import ModformerError
 from ..model.hooks import capture
 from ..model.transformer import Transformer
 
@@ -22,6 +23,10 @@ class Teacher(nn.Module):
     def __init__(self, model: nn.Module, layer: int = -1):
         super().__init__()
         self.model = model
+        n = len(model.blocks) if isinstance(model, Transformer) else model.config.num_hidden_layers
+        if not -(n + 1) <= layer <= n:
+            raise ModformerError(f"teacher layer {layer} does not exist: the teacher has hidden states 0..{n} "
+                                 f"(or -{n + 1}..-1)")
         self.layer = layer
         model.requires_grad_(False)
         super().train(False)
@@ -37,7 +42,11 @@ class Teacher(nn.Module):
 
     @torch.no_grad()
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """input_ids (B, U) -> hidden states of `layer`, (B, U, d_teacher) float32."""
+        """input_ids (B, U) -> hidden states of `layer`, (B, U, d_teacher) float32, on the
+        teacher's device (the inputs are moved there)."""
+        device = next(self.model.parameters()).device
+        input_ids = input_ids.to(device)
+        attention_mask = None if attention_mask is None else attention_mask.to(device)
         if isinstance(self.model, Transformer):
             n = len(self.model.blocks)
             index = self.layer % (n + 1)

@@ -116,8 +116,9 @@ def _write_hf(model: Transformer, converted: Transformer, cfg, source: Path, out
         hf_model.save_pretrained(partial)
         partial.rename(out)
     except OSError as e:
-        shutil.rmtree(partial, ignore_errors=True)
         raise ModformerError(f"cannot write {out}: {e.strerror or e}") from None
+    finally:  # whatever went wrong, no half-written folder stays behind
+        shutil.rmtree(partial, ignore_errors=True)
     reloaded, _ = from_hf_llama(load_hf_llama(out))
     difference = max_logit_difference(model, reloaded, seq_len=min(cfg.max_seq_len or 64, 64))
     return {"source": str(source), "to": "ffn (Hugging Face Llama folder)", "out": str(out),

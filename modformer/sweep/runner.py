@@ -28,7 +28,7 @@ from typing import Any, Callable
 import yaml
 
 from ..errors import ModformerError
-from ..train.checkpoint import atomic_write_text
+from ..train.checkpoint import atomic_write_text, list_checkpoints
 from ..train.records import read_records
 from .spec import RunSpec, Sweep
 
@@ -153,6 +153,13 @@ class SweepRunner:
                 self._record({**self._base_record(run), "status": "done", "summary": json.loads(summary.read_text())})
                 continue
             todo.append(run)
+        # A run that starts from another run's weights needs them now, unless it has its own checkpoint.
+        missing = [run for run in todo if run.config.train.init_from is not None
+                   and not Path(run.config.train.init_from).exists()
+                   and not list_checkpoints(self.run_dir(run) / "checkpoints")]
+        if missing:
+            raise ModformerError(f"{len(missing)} run(s) start from weights that do not exist, e.g. {missing[0].run_id}: "
+                                 f"train.init_from={missing[0].config.train.init_from} (train those runs first)")
         workers = self.sweep.spec.workers
         threads = max(1, (os.cpu_count() or 1) // workers)
         self.echo(f"sweep {self.out}: {len(runs)} runs, {len(runs) - len(todo)} already finished, "

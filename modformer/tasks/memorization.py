@@ -66,6 +66,9 @@ class MemorizationConfig(TaskConfig):
         if self.facts != "all" and round(self.new_facts * self.n * self.n) == 0:
             raise ConfigError(f"task.facts={self.facts} needs new facts: set task.new_facts above 0 "
                               f"(of {self.n * self.n} facts)")
+        if self.facts == "old" and round(self.new_facts * self.n * self.n) == self.n * self.n:
+            raise ConfigError(f"task.new_facts={self.new_facts} makes every one of the {self.n * self.n} facts new: "
+                              f"task.facts=old has nothing to train on")
 
 
 def capacity_bits_per_parameter(recalled: float, n: int, trainable_parameters: int) -> float:

@@ -180,7 +180,8 @@ class Trainer:
             torch.set_num_threads(tc.threads)
         self.task = TASKS[cfg.task.name](cfg.task)
         self.model = build_model(cfg.model, tc.seed).to(self.device)
-        if tc.init_from is not None:  # a resumed run then overwrites these with its own checkpoint
+        # A resumed run that has its own checkpoint never needs its source again (it may be gone).
+        if tc.init_from is not None and not (self.resume and list_checkpoints(self.ckpt_dir)):
             source = checkpoint_file(Path(tc.init_from))
             load_model_state(self.model, {k: v.to(self.device) for k, v in read_checkpoint(source).model.items()},
                              source)
