@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..registry import MIXERS
+from .cache import LayerCache
 from .config import ModelConfig
 from .hooks import HookPoint
 from .rope import RotaryEmbedding
@@ -37,29 +38,41 @@ class SelfAttention(nn.Module):
         self.rope = rope
         self.pattern = HookPoint()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x: (B, T, d_model) -> (B, T, d_model)."""
+    def forward(self, x: torch.Tensor, cache: LayerCache | None = None) -> torch.Tensor:
+        """x: (B, T, d_model) -> (B, T, d_model). With `cache`, x holds the tokens after the
+        cache's `offset` earlier ones, whose keys and values it holds (and gains these)."""
         B, T, _ = x.shape
+        offset = 0 if cache is None else cache.offset
         q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, hd)
         k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, hd)
         v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
         if self.rope is not None:
-            q, k = self.rope(q), self.rope(k)
+            q, k = self.rope(q, offset), self.rope(k, offset)
+        if cache is not None:
+            if not self.causal:
+                raise ValueError("bidirectional attention cannot extend a cache: later tokens change earlier outputs")
+            k, v = cache.extend("k", k), cache.extend("v", v)  # (B, Hkv, offset + T, hd)
+        # Query i sits at position offset + i and sees keys 0..offset + i. Without a prefix that is
+        # the usual causal mask; a single new token sees everything.
+        mask = None
+        if self.causal and offset and T > 1:
+            mask = torch.ones(T, offset + T, dtype=torch.bool, device=x.device).tril(offset)
         if self.pattern.active:
-            y = self._explicit(q, k, v)
+            y = self._explicit(q, k, v, offset)
         else:
             y = F.scaled_dot_product_attention(
-                q, k, v, is_causal=self.causal, enable_gqa=self.n_kv_heads != self.n_heads)
+                q, k, v, attn_mask=mask, is_causal=self.causal and not offset,
+                enable_gqa=self.n_kv_heads != self.n_heads)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, -1))
 
-    def _explicit(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def _explicit(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, offset: int = 0) -> torch.Tensor:
         """The same attention with the weights materialised, for analysis."""
         repeat = self.n_heads // self.n_kv_heads
         k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)  # (B, H, T, T)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)  # (B, H, T, offset + T)
         if self.causal:
             T = q.shape[-2]
-            future = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)
+            future = torch.ones(T, offset + T, dtype=torch.bool, device=q.device).triu(offset + 1)
             scores = scores.masked_fill(future, float("-inf"))
         weights = self.pattern(scores.softmax(dim=-1))
         return weights @ v

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .cache import LayerCache
 from .hooks import HookPoint
 
 
@@ -28,7 +29,9 @@ class Block(nn.Module):
         self.resid_mid = HookPoint()
         self.resid_post = HookPoint()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x: (B, T, d_model) -> (B, T, d_model)."""
-        x = self.resid_mid(x + self.residual_scale * self.mixer(self.mixer_norm(x)))
+    def forward(self, x: torch.Tensor, cache: LayerCache | None = None) -> torch.Tensor:
+        """x: (B, T, d_model) -> (B, T, d_model). `cache` goes to the mixer, the only part that
+        looks across positions."""
+        mixed = self.mixer(self.mixer_norm(x)) if cache is None else self.mixer(self.mixer_norm(x), cache)
+        x = self.resid_mid(x + self.residual_scale * mixed)
         return self.resid_post(x + self.residual_scale * self.ffn(self.ffn_norm(x)))

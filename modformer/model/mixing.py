@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from ..registry import MIXERS
+from .cache import LayerCache
 from .config import MixingConfig, ModelConfig
 from .hooks import HookPoint
 
@@ -75,15 +76,22 @@ class MixingMixer(nn.Module):
             T = self.mixing.shape[-1]
             self.mixing.copy_(mixing_matrices(self.n_heads, T, self.head_dim, self.cfg, generator))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x: (B, T, d_model) -> (B, T, d_model)."""
+    def forward(self, x: torch.Tensor, cache: LayerCache | None = None) -> torch.Tensor:
+        """x: (B, T, d_model) -> (B, T, d_model). With `cache`, x holds the tokens after the
+        cache's `offset` earlier ones, whose values it holds (and gains these)."""
         B, T, _ = x.shape
-        if not self.cfg.causal and T != self.mixing.shape[-1]:
-            raise ValueError(f"bidirectional mixing was drawn for length {self.mixing.shape[-1]}, got {T}")
-        mix = self.mixing[:, :T, :T].to(x.dtype)  # (H, T, T)
+        offset = 0 if cache is None else cache.offset
+        if not self.cfg.causal and (T != self.mixing.shape[-1] or cache is not None):
+            raise ValueError(f"bidirectional mixing was drawn for whole sequences of length {self.mixing.shape[-1]}, "
+                             f"got {T} tokens{' after a cache' if cache is not None else ''}")
+        if offset + T > self.mixing.shape[-1]:
+            raise ValueError(f"sequence length {offset + T} exceeds model.max_seq_len={self.mixing.shape[-1]}")
+        mix = self.mixing[:, offset:offset + T, :offset + T].to(x.dtype)  # (H, T, offset + T): rows of these positions
         if self.pattern.active:
             mix = self.pattern(mix.expand(B, -1, -1, -1))
         v = self.v_proj(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, hd)
+        if cache is not None:
+            v = cache.extend("v", v)
         return self.o_proj((mix @ v).transpose(1, 2).reshape(B, T, -1))
 
 

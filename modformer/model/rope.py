@@ -31,11 +31,11 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x: (B, H, T, head_dim) -> same shape, rotated by position 0..T-1."""
-        T = x.shape[-2]
-        if T > self.cos.shape[0]:
-            raise ValueError(f"sequence length {T} exceeds model.max_seq_len={self.cos.shape[0]}")
-        cos, sin = self.cos[:T].to(x.dtype), self.sin[:T].to(x.dtype)
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """x: (B, H, T, head_dim) -> same shape, rotated by position offset..offset+T-1."""
+        end = offset + x.shape[-2]
+        if end > self.cos.shape[0]:
+            raise ValueError(f"sequence length {end} exceeds model.max_seq_len={self.cos.shape[0]}")
+        cos, sin = self.cos[offset:end].to(x.dtype), self.sin[offset:end].to(x.dtype)
         x1, x2 = x.chunk(2, dim=-1)
         return x * cos + torch.cat([-x2, x1], dim=-1) * sin

@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from .block import Block
+from .cache import KVCache
 from .hooks import HookPoint
 
 
@@ -32,23 +33,30 @@ class Transformer(nn.Module):
     def vocab_size(self) -> int:
         return self.embed.num_embeddings
 
-    def hidden_states(self, tokens: torch.Tensor) -> torch.Tensor:
-        """tokens (B, T) -> final normed hidden states (B, T, d_model)."""
+    def hidden_states(self, tokens: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        """tokens (B, T) -> final normed hidden states (B, T, d_model). With `cache`, tokens
+        continue the cached ones (positions cache.length ..), and the cache is extended."""
+        offset = 0 if cache is None else cache.length
         x = self.embed(tokens)
         if self.positions is not None:
-            T = tokens.shape[1]
-            if T > self.positions.num_embeddings:
-                raise ValueError(f"sequence length {T} exceeds model.max_seq_len={self.positions.num_embeddings}")
-            x = x + self.positions.weight[:T]
+            end = offset + tokens.shape[1]
+            if end > self.positions.num_embeddings:
+                raise ValueError(f"sequence length {end} exceeds model.max_seq_len={self.positions.num_embeddings}")
+            x = x + self.positions.weight[offset:end]
         x = self.embed_out(x)
-        for block in self.blocks:
-            x = block(x)
+        for i, block in enumerate(self.blocks):
+            x = block(x) if cache is None else block(x, cache.layer(i))
+        if cache is not None:
+            cache.length = offset + tokens.shape[1]
         return self.norm(x)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """tokens (B, T) int64 -> logits (B, T, vocab_size)."""
-        h = self.hidden_states(tokens)
+    def forward(self, tokens: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        """tokens (B, T) int64 -> logits (B, T, vocab_size); see `hidden_states` for `cache`."""
+        h = self.hidden_states(tokens, cache)
         return h @ self.embed.weight.T if self.lm_head is None else self.lm_head(h)
+
+    def new_cache(self) -> KVCache:
+        return KVCache(len(self.blocks))
 
     def parameter_counts(self) -> dict[str, int]:
         """{"total": all parameters, "trainable": those with requires_grad}."""
