@@ -31,6 +31,19 @@ class MetricsLog:
             atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in kept))
 
 
+class NullMetricsLog(MetricsLog):
+    """What data-parallel ranks other than 0 log: nothing (rank 0 writes the file)."""
+
+    def append(self, record: dict[str, Any]) -> None:
+        pass
+
+    def records(self) -> list[dict[str, Any]]:
+        return []
+
+    def keep(self, predicate: Callable[[dict[str, Any]], bool]) -> None:
+        pass
+
+
 def read_records(path: Path) -> Iterator[dict[str, Any]]:
     """Records of a metrics file; a torn last line (a run killed mid-write) is skipped."""
     with open(path) as f:

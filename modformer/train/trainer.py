@@ -27,13 +27,15 @@ from ..config import RunConfig, config_from_dict
 from ..errors import CheckpointError, ConfigError, Interrupted, ModformerError, TrainingDiverged
 from ..evaluate import autocast, checkpoint_file, evaluate
 from ..registry import TASKS
+from ..tasks.base import IGNORE
 from ..variants import build_model
 from ..version import code_version
 from .checkpoint import (atomic_write_text, checkpoint_path, list_checkpoints, load_model_state,
                          load_optimizer_tensors, read_checkpoint, restore_rng, save_checkpoint)
 from .optim import build_optimizer, learning_rate, schedule_description
 from .plots import plot_training_curves
-from .records import MetricsLog
+from .distributed import init_world
+from .records import MetricsLog, NullMetricsLog
 
 # Keys that may change when a run is resumed: they change neither the weights nor the logged
 # numbers. (train.steps shapes the learning-rate schedule and train.threads the order of
@@ -145,6 +147,9 @@ class Trainer:
                 "loss_window": [self.window_loss, self.window_steps]}
 
     def _save(self, step: int) -> None:
+        if not self.world.main:
+            self.last_saved = step
+            return
         save_checkpoint(checkpoint_path(self.ckpt_dir, step), step, self.model, self.optimizer, self._meta())
         for _, old in list_checkpoints(self.ckpt_dir)[:-self.cfg.train.keep_checkpoints]:
             old.unlink()
@@ -185,14 +190,22 @@ class Trainer:
             source = checkpoint_file(Path(tc.init_from))
             load_model_state(self.model, {k: v.to(self.device) for k, v in read_checkpoint(source).model.items()},
                              source)
+        self.world = init_world(self.device)
+        self.world.share(tc.batch_size)  # a batch that does not split is refused before anything is written
         # Only now: a bad init_from (missing, foreign, of another shape) must leave no run behind.
-        self._prepare_run_dir()
+        if self.world.main:
+            self._prepare_run_dir()
+        else:  # other ranks write nothing, and read the checkpoints rank 0 writes
+            self.metrics = NullMetricsLog(self.metrics.path)
         self.optimizer = build_optimizer(self.model, tc)
         self.trainable = [p for p in self.model.parameters() if p.requires_grad]
         self.last_saved: int | None = None
         self.last_eval: dict[str, Any] | None = None
         self.window_loss, self.window_steps = 0.0, 0
         start = self._restore() if self.resume else 0
+        # DDP averages gradients in backward; evaluation and checkpoints use the plain model.
+        self.forward = (torch.nn.parallel.DistributedDataParallel(self.model) if self.world.size > 1
+                        else self.model)
         if start > tc.steps:
             raise ModformerError(f"{self.run_dir} is already at step {start}, past train.steps={tc.steps}")
         self.task.test_set()  # the held-out sets are drawn before timing starts
@@ -202,14 +215,23 @@ class Trainer:
     def _step(self, step: int) -> tuple[float, float]:
         """One optimizer step on training batch `step`; returns (loss, gradient norm)."""
         tc = self.cfg.train
-        batch = self.task.train_batch(tc.seed, step, tc.batch_size).to(self.device)
+        batch = self.task.train_batch(tc.seed, step, tc.batch_size)
+        if self.world.size > 1:
+            batch = batch.narrow(*self.world.share(tc.batch_size))
+        batch = batch.to(self.device)
         lr = learning_rate(step, tc)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         with autocast(self.device, tc.precision):
-            logits = self.model(batch.inputs)
+            logits = self.forward(batch.inputs)
         loss = self.task.loss(logits, batch)
-        loss_value = loss.item()
+        if self.world.size > 1:  # this share's token sum, over the global token count (see distributed.py)
+            count = (batch.targets != IGNORE).sum().float()
+            total = self.world.sum(count)
+            loss = loss * count * self.world.size / total
+            loss_value = (self.world.sum(loss.detach()) / self.world.size).item()
+        else:
+            loss_value = loss.item()
         if not math.isfinite(loss_value):
             self._diverged("loss", loss_value, step)
         self.optimizer.zero_grad(set_to_none=True)
@@ -249,7 +271,7 @@ class Trainer:
         """Train to `train.steps` (from the latest checkpoint with resume); return the summary."""
         cfg, tc = self.cfg, self.cfg.train
         self.start = self._setup()
-        bar = tqdm(total=tc.steps, initial=self.start, disable=not tc.progress, dynamic_ncols=True,
+        bar = tqdm(total=tc.steps, initial=self.start, disable=not (tc.progress and self.world.main), dynamic_ncols=True,
                    desc=f"{cfg.model.variant}/{cfg.task.name}", file=sys.stderr)
         self.model.train()
         try:
@@ -277,7 +299,8 @@ class Trainer:
     def _stop(self, done: int) -> None:
         if self.last_saved != done:
             self._save(done)
-        self._plot()
+        if self.world.main:
+            self._plot()
         raise Interrupted(f"interrupted at step {done}; checkpoint saved. Continue with: "
                           f"modformer train {self.run_dir / 'config.yaml'} --out {self.run_dir} --resume")
 
@@ -302,8 +325,9 @@ class Trainer:
             "test": {**test, **self.task.model_metrics(test, parameters)},
             "code_version": code_version(),
         }
-        atomic_write_text(self.run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
-        self._plot()
+        if self.world.main:
+            atomic_write_text(self.run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+            self._plot()
         return summary
 
     def _evaluate(self, split: str) -> dict[str, Any]:
