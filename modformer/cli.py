@@ -98,10 +98,17 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    result = convert(args.source, args.to, args.out, threshold=args.threshold, hf=args.hf)
+    result = convert(args.source, args.to, args.out, threshold=args.threshold, hf=args.hf,
+                     n_entries=args.n_entries, d_entry=args.d_entry)
     print(f"converted {result['source']} to the {result['to']} form: {result['out']}\n"
           f"parameters {result['parameters_before']:,} -> {result['parameters_after']:,}; largest logit "
           f"difference on random tokens (float64, weights stored in float32): {result['max_logit_difference']:.3g}")
+    for i, errors in enumerate(result.get("layer_errors", [])):
+        print(f"layer {i}: relative error " + ", ".join(f"{k} {v:.3g}" for k, v in errors.items()))
+    if "task_before" in result:
+        before, after = result["task_before"], result["task_after"]
+        print(f"validation loss {before['loss']:.4f} -> {after['loss']:.4f}, "
+              f"accuracy {before['accuracy']:.4f} -> {after['accuracy']:.4f}")
     return 0
 
 
@@ -169,6 +176,10 @@ def build_parser() -> argparse.ArgumentParser:
     cv.add_argument("--out", required=True, help="checkpoint file to write (a new folder with --hf)")
     cv.add_argument("--threshold", default="linear", choices=["linear", "mlp", "none"],
                     help="threshold network of the knowledge layers (--to knowledge)")
+    cv.add_argument("--n-entries", type=int, help="with --to knowledge: entries of the shared base below d_ff "
+                                                   "(approximate: each layer keeps its most important units)")
+    cv.add_argument("--d-entry", type=int, help="with --to knowledge: entry width below n_E (approximate: a joint "
+                                                 "truncated SVD across layers); per-layer errors are printed")
     cv.add_argument("--hf", action="store_true",
                     help="with --to ffn: write --out as a Hugging Face LlamaForCausalLM folder (a knowledge model "
                          "with swiglu activation folds into Llama's MLP), reloaded to check its logits")

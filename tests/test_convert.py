@@ -118,3 +118,18 @@ def test_other_variants_are_refused(tmp_path):
     _, path = saved_model(tmp_path, "model.variant=frozen_qk")
     with pytest.raises(ModformerError, match="frozen_qk"):
         convert(path, "knowledge", tmp_path / "k.safetensors")
+
+
+def test_approximate_conversion_reports_layer_errors_and_the_task_before_and_after(tmp_path):
+    """A smaller base (d_E below d_ff) through the command: per-layer errors and the run's
+    validation loss before and after; at full width it is exact."""
+    _, path = saved_model(tmp_path)  # d_ff = 128
+    full = convert(path, "knowledge", tmp_path / "full.safetensors", d_entry=128)
+    assert max(e["output"] for e in full["layer_errors"]) < 1e-10
+    assert full["task_before"]["loss"] == pytest.approx(full["task_after"]["loss"], abs=1e-5)
+    small = convert(path, "knowledge", tmp_path / "small.safetensors", n_entries=96, d_entry=24)
+    assert len(small["layer_errors"]) == 2 and all(0 < e["output"] < 1.5 for e in small["layer_errors"])
+    model, data, _ = load_checkpoint_model(tmp_path / "small.safetensors")
+    assert model.knowledge.entries.shape == (96, 24) and data["model"]["knowledge"]["d_key"] == 24
+    with pytest.raises(ModformerError, match="use them with --to knowledge"):
+        convert(tmp_path / "small.safetensors", "ffn", tmp_path / "back.safetensors", d_entry=8)

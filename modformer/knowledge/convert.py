@@ -31,7 +31,7 @@ from ..model.transformer import Transformer
 from ..evaluate import load_checkpoint_model
 from ..train.checkpoint import load_model_state, save_checkpoint
 from ..variants import build_model
-from .fold import fold_model, folded_config, unfold_model, unfolded_config
+from .fold import fold_model, folded_config, unfold_model, unfold_model_approximate, unfolded_config
 
 TARGETS = ("knowledge", "ffn")
 
@@ -61,10 +61,13 @@ def max_logit_difference(a: Transformer, b: Transformer, seq_len: int, seed: int
 
 
 def convert(source: str | Path, to: str, out: str | Path, *, threshold: str = "linear",
-            hf: bool = False) -> dict[str, Any]:
+            hf: bool = False, n_entries: int | None = None, d_entry: int | None = None) -> dict[str, Any]:
     """Convert `source` to the knowledge form (`to="knowledge"`) or back to FFNs (`to="ffn"`);
     write a checkpoint (or, with `hf`, a Hugging Face folder) to `out`; return what was done,
-    with the measured logit difference."""
+    with the measured logit difference. `n_entries` / `d_entry` below d_ff make the knowledge
+    form approximate (one smaller base for all layers, `unfold_approximate`): the result then
+    also holds each layer's relative errors and, for a modformer run's checkpoint, the
+    validation loss and accuracy of its task before and after."""
     if to not in TARGETS:
         raise ModformerError(f"--to must be one of {', '.join(TARGETS)}, got '{to}'")
     source, out = Path(source), Path(out)
@@ -79,7 +82,17 @@ def convert(source: str | Path, to: str, out: str | Path, *, threshold: str = "l
     if cfg.variant not in ("standard", "knowledge"):
         # Another variant's builder or freeze list would be lost in the converted config.
         raise ModformerError(f"{source} is a '{cfg.variant}' model; only standard and knowledge models convert")
-    if to == "knowledge":
+    approximate = n_entries is not None or d_entry is not None
+    if approximate and to != "knowledge":
+        raise ModformerError("--n-entries and --d-entry size the knowledge base: use them with --to knowledge")
+    extra: dict[str, Any] = {}
+    if to == "knowledge" and approximate:
+        converted, extra["layer_errors"] = unfold_model_approximate(model, n_entries, d_entry, threshold=threshold)
+        new_cfg = unfolded_config(cfg, threshold=threshold, n_entries=n_entries or cfg.ffn_dim,
+                                  d_entry=d_entry or n_entries or cfg.ffn_dim)
+        if "task" in data:
+            extra["task_before"], extra["task_after"] = (_task_metrics(m, data) for m in (model, converted))
+    elif to == "knowledge":
         converted, new_cfg = unfold_model(model, threshold=threshold), unfolded_config(cfg, threshold=threshold)
     else:
         if not hasattr(model, "knowledge"):
@@ -98,7 +111,18 @@ def convert(source: str | Path, to: str, out: str | Path, *, threshold: str = "l
         raise ModformerError(f"cannot write {out}: {e.strerror or e}") from None
     return {"source": str(source), "to": to, "out": str(out), "max_logit_difference": difference,
             "parameters_before": sum(p.numel() for p in model.parameters()),
-            "parameters_after": sum(p.numel() for p in converted.parameters())}
+            "parameters_after": sum(p.numel() for p in converted.parameters()), **extra}
+
+
+def _task_metrics(model: Transformer, data: dict[str, Any]) -> dict[str, float]:
+    """Validation loss and accuracy of `model` on the run's own task."""
+    from ..evaluate import evaluate
+    from ..registry import TASKS
+
+    cfg = config_from_dict(data)
+    result = evaluate(model, TASKS[cfg.task.name](cfg.task), data=TASKS[cfg.task.name](cfg.task).validation_set(),
+                      batch_size=cfg.train.eval_batch_size)
+    return {"loss": result["loss"], "accuracy": result["accuracy"]}
 
 
 def _write_hf(model: Transformer, converted: Transformer, cfg, source: Path, out: Path) -> dict[str, Any]:

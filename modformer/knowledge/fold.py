@@ -298,6 +298,21 @@ def unfold_model(model: Transformer, *, threshold: str = "linear", threshold_hid
     return out
 
 
+def unfold_model_approximate(model: Transformer, n_entries: int | None, d_entry: int | None, *,
+                             threshold: str = "linear", threshold_hidden: int = 2
+                             ) -> tuple[Transformer, list[dict[str, float]]]:
+    """`unfold_model` with a smaller base (`unfold_approximate`): the model and each layer's errors."""
+    if hasattr(model, "knowledge"):
+        raise ModformerError("the model already has a knowledge base (fold it first)")
+    out = copy.deepcopy(model)
+    base, layers, errors = unfold_approximate([block.ffn for block in out.blocks], n_entries, d_entry,
+                                              threshold=threshold, threshold_hidden=threshold_hidden)
+    for block, layer in zip(out.blocks, layers):
+        block.ffn = layer
+    out.add_module("knowledge", base)
+    return out, errors
+
+
 def folded_config(cfg: ModelConfig) -> ModelConfig:
     """The config of `fold_model`'s result for a knowledge-variant model of config `cfg`."""
     n_entries, _, _ = cfg.knowledge.sizes(cfg.d_model, cfg.ffn_dim)
@@ -305,10 +320,13 @@ def folded_config(cfg: ModelConfig) -> ModelConfig:
                    knowledge=KnowledgeConfig())
 
 
-def unfolded_config(cfg: ModelConfig, *, threshold: str = "linear", threshold_hidden: int = 2) -> ModelConfig:
-    """The config of `unfold_model`'s result for a model of config `cfg` (ffn relu, gelu, silu or swiglu)."""
+def unfolded_config(cfg: ModelConfig, *, threshold: str = "linear", threshold_hidden: int = 2,
+                    n_entries: int | None = None, d_entry: int | None = None) -> ModelConfig:
+    """The config of `unfold_model`'s result (or `unfold_model_approximate`'s, with the
+    smaller sizes) for a model of config `cfg` (ffn relu, gelu, silu or swiglu)."""
     if cfg.ffn not in ("relu", "gelu", "silu", "swiglu"):
         raise ModformerError(f"model.ffn={cfg.ffn} has no knowledge form (relu, gelu, silu or swiglu)")
-    n = cfg.ffn_dim
+    n = n_entries or cfg.ffn_dim
+    d = d_entry or n
     return replace(cfg, variant="knowledge", knowledge=KnowledgeConfig(
-        n_entries=n, d_entry=n, d_key=n, activation=cfg.ffn, threshold=threshold, threshold_hidden=threshold_hidden))
+        n_entries=n, d_entry=d, d_key=d, activation=cfg.ffn, threshold=threshold, threshold_hidden=threshold_hidden))
