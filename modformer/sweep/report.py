@@ -19,7 +19,6 @@ from ..figures import plt, save_figure
 from ..train.checkpoint import atomic_write_text
 from ..train.records import read_records
 from .runner import read_results
-from .spec import point_name
 from .stats import summarize
 
 
@@ -33,6 +32,14 @@ def _load(sweep_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]], list[d
     if not done:
         raise ModformerError(f"{sweep_dir} has no finished run yet")
     return spec, done, [r for r in results if r["status"] != "done"]
+
+
+def point_label(point: dict[str, Any]) -> str:
+    """A grid point as the report shows it: `train.lr=0.001, model.train_only=[blocks.*.ffn.*]`
+    (folder names replace the characters a file name should not hold; the report need not)."""
+    def show(value: Any) -> str:
+        return "[" + ", ".join(map(show, value)) + "]" if isinstance(value, list) else str(value)
+    return ", ".join(f"{k}={show(v)}" for k, v in point.items()) or "default"
 
 
 def choose(groups: dict[tuple[str, str], list[dict]], metric: str, mode: str, seeds: int) -> dict[str, str]:
@@ -65,7 +72,7 @@ def write_report(sweep_dir: str | Path) -> Path:
     metric, mode = sw["metric"], sw["mode"]
     groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for r in done:
-        groups[(r["variant"], point_name(list(r["point"].items())))].append(r)
+        groups[(r["variant"], point_label(r["point"]))].append(r)
     chosen = choose(groups, metric, mode, len(sw["seeds"]))
     variants = [v for v in sw["variants"] if v in chosen]
     incomplete = sorted(f"{v}/{p} ({len(r)} of {len(sw['seeds'])} seeds)" for (v, p), r in groups.items()
