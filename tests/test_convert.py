@@ -133,3 +133,19 @@ def test_approximate_conversion_reports_layer_errors_and_the_task_before_and_aft
     assert model.knowledge.entries.shape == (96, 24) and data["model"]["knowledge"]["d_key"] == 24
     with pytest.raises(ModformerError, match="use them with --to knowledge"):
         convert(tmp_path / "small.safetensors", "ffn", tmp_path / "back.safetensors", d_entry=8)
+
+
+def test_a_trained_run_converts_both_ways_with_its_logits(tiny_config, tmp_path):
+    from modformer.train.trainer import Trainer
+
+    Trainer(tiny_config("train.steps=8"), tmp_path / "run", echo=lambda m: None).run()
+    model, _, _ = load_checkpoint_model(tmp_path / "run")
+    result = convert(tmp_path / "run", "knowledge", tmp_path / "k.safetensors")
+    convert(tmp_path / "k.safetensors", "ffn", tmp_path / "f.safetensors")
+    knowledge, _, _ = load_checkpoint_model(tmp_path / "k.safetensors")
+    back, _, _ = load_checkpoint_model(tmp_path / "f.safetensors")
+    tokens = torch.randint(0, model.vocab_size, (4, 10))
+    with torch.no_grad():
+        assert (knowledge(tokens) - model(tokens)).abs().max() < 1e-4
+        assert (back(tokens) - model(tokens)).abs().max() < 1e-4
+    assert result["max_logit_difference"] < 1e-5
