@@ -204,7 +204,7 @@ class Trainer:
         self.window_loss, self.window_steps = 0.0, 0
         start = self._restore() if self.resume else 0
         # DDP averages gradients in backward; evaluation and checkpoints use the plain model.
-        self.forward = (torch.nn.parallel.DistributedDataParallel(self.model) if self.world.size > 1
+        self.step_model = (torch.nn.parallel.DistributedDataParallel(self.model) if self.world.size > 1
                         else self.model)
         if start > tc.steps:
             raise ModformerError(f"{self.run_dir} is already at step {start}, past train.steps={tc.steps}")
@@ -223,7 +223,7 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         with autocast(self.device, tc.precision):
-            logits = self.forward(batch.inputs)
+            logits = self.step_model(batch.inputs)
         loss = self.task.loss(logits, batch)
         if self.world.size > 1:  # this share's token sum, over the global token count (see distributed.py)
             count = (batch.targets != IGNORE).sum().float()
