@@ -18,10 +18,13 @@ def greedy_generate(model: Transformer, prompt: torch.Tensor, max_new_tokens: in
     """prompt (B, T) -> (tokens (B, T + max_new_tokens), logits of each new token (B, max_new_tokens, vocab))."""
     if max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must not be negative, got {max_new_tokens}")
+    if prompt.ndim != 2 or prompt.shape[1] == 0:
+        raise ValueError(f"prompt must be (batch, tokens) with at least one token, got shape {tuple(prompt.shape)}")
     limit = model.max_seq_len
-    if limit is not None and prompt.shape[1] + max_new_tokens > limit:
-        raise ValueError(f"{prompt.shape[1]} prompt tokens + {max_new_tokens} new ones exceed "
-                         f"model.max_seq_len={limit}")
+    fed = prompt.shape[1] + max(max_new_tokens - 1, 0)  # the last new token is never fed back
+    if limit is not None and fed > limit:
+        raise ValueError(f"{prompt.shape[1]} prompt tokens + {max_new_tokens} new ones need {fed} positions, "
+                         f"more than model.max_seq_len={limit}")
     tokens, steps = prompt, []
     cache = model.new_cache() if use_cache else None
     with evaluating(model):
@@ -32,5 +35,5 @@ def greedy_generate(model: Transformer, prompt: torch.Tensor, max_new_tokens: in
             nxt = logits.argmax(-1, keepdim=True)
             tokens = torch.cat([tokens, nxt], dim=1)
             feed = nxt
-    vocab = model.vocab_size
-    return tokens, torch.stack(steps, dim=1) if steps else prompt.new_zeros(prompt.shape[0], 0, vocab).float()
+    empty = torch.zeros(prompt.shape[0], 0, model.vocab_size, dtype=model.embed.weight.dtype, device=prompt.device)
+    return tokens, torch.stack(steps, dim=1) if steps else empty

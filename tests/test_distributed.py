@@ -39,6 +39,16 @@ def test_two_gloo_processes_match_one_process(tmp_path):
     assert len(lines(tmp_path / "two")) == len(lines(tmp_path / "one"))
 
 
+def test_a_problem_found_by_rank_0_stops_every_rank(tmp_path):
+    """The run directory is rank 0's to prepare; its refusal must end the other rank too
+    (not leave it waiting in a collective)."""
+    train(tmp_path / "run", 2)
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                             "-m", "modformer.cli", "train", "configs/tasks/addition.yaml", "--out",
+                             str(tmp_path / "run"), *OVERRIDES], capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0 and "already holds a run" in result.stderr
+
+
 def test_a_batch_that_does_not_split_is_refused(tmp_path):
     result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                              "-m", "modformer.cli", "train", "configs/tasks/addition.yaml", "--out", str(tmp_path / "r"),

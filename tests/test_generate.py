@@ -56,6 +56,12 @@ def test_a_prompt_fed_in_pieces_gives_the_logits_of_one_pass(captured):
         assert (acts["blocks.1.mixer.pattern"] - whole_acts["blocks.1.mixer.pattern"][:, :, 7:]).abs().max() < 1e-10
 
 
-def test_generation_past_the_model_length_is_refused():
+def test_generation_uses_every_position_and_no_more():
+    m = model()
+    tokens, logits = greedy_generate(m, torch.zeros(1, 20, dtype=torch.long), 5)  # feeds 24 positions
+    assert tokens.shape == (1, 25) and logits.shape == (1, 5, 50)
     with pytest.raises(ValueError, match="max_seq_len=24"):
-        greedy_generate(model(), torch.zeros(1, 20, dtype=torch.long), 5)
+        greedy_generate(m, torch.zeros(1, 20, dtype=torch.long), 6)
+    with pytest.raises(ValueError, match="at least one token"):
+        greedy_generate(m, torch.zeros(1, 0, dtype=torch.long), 3)
+    assert greedy_generate(m, torch.zeros(2, 3, dtype=torch.long), 0)[1].dtype == torch.float64

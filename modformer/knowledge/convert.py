@@ -82,6 +82,8 @@ def convert(source: str | Path, to: str, out: str | Path, *, threshold: str = "l
     if cfg.variant not in ("standard", "knowledge"):
         # Another variant's builder or freeze list would be lost in the converted config.
         raise ModformerError(f"{source} is a '{cfg.variant}' model; only standard and knowledge models convert")
+    if any(v is not None and v < 1 for v in (n_entries, d_entry)):
+        raise ModformerError(f"--n-entries and --d-entry must be positive, got {n_entries} and {d_entry}")
     approximate = n_entries is not None or d_entry is not None
     if approximate and to != "knowledge":
         raise ModformerError("--n-entries and --d-entry size the knowledge base: use them with --to knowledge")

@@ -7,6 +7,7 @@ Every figure is a mean over seeds with its standard deviation and 95% t interval
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
 from pathlib import Path
@@ -35,11 +36,10 @@ def _load(sweep_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]], list[d
 
 
 def point_label(point: dict[str, Any]) -> str:
-    """A grid point as the report shows it: `train.lr=0.001, model.train_only=[blocks.*.ffn.*]`
-    (folder names replace the characters a file name should not hold; the report need not)."""
-    def show(value: Any) -> str:
-        return "[" + ", ".join(map(show, value)) + "]" if isinstance(value, list) else str(value)
-    return ", ".join(f"{k}={show(v)}" for k, v in point.items()) or "default"
+    """A grid point as the report shows it: `train.lr=0.001, model.train_only=["blocks.*.ffn.*"]`.
+    Values are written as JSON, so that distinct points never share a label (the string "1"
+    and the number 1, ["a, b"] and ["a", "b"]); folder names lose that, the report must not."""
+    return ", ".join(f"{k}={json.dumps(v)}" for k, v in point.items()) or "default"
 
 
 def choose(groups: dict[tuple[str, str], list[dict]], metric: str, mode: str, seeds: int) -> dict[str, str]:

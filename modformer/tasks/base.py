@@ -145,9 +145,10 @@ class Task:
         memorization capacity in bits per parameter); added to the run's summary."""
         return {}
 
-    def loss(self, logits: torch.Tensor, batch: Batch) -> torch.Tensor:
-        """Mean cross-entropy over scored positions. logits: (B, T, V)."""
-        return F.cross_entropy(logits.flatten(0, 1).float(), batch.targets.flatten(), ignore_index=IGNORE)
+    def loss(self, logits: torch.Tensor, batch: Batch, reduction: str = "mean") -> torch.Tensor:
+        """Cross-entropy over scored positions, their mean (or "sum"). logits: (B, T, V)."""
+        return F.cross_entropy(logits.flatten(0, 1).float(), batch.targets.flatten(), ignore_index=IGNORE,
+                               reduction=reduction)
 
     def score(self, logits: torch.Tensor, batch: Batch) -> dict[str, torch.Tensor]:
         """Per-example statistics, summed over a dataset by the evaluator.

@@ -25,6 +25,7 @@ from ..errors import ConfigError
 class World:
     rank: int = 0
     size: int = 1
+    device: torch.device = torch.device("cpu")  # where collectives put their tensors
 
     @property
     def main(self) -> bool:
@@ -44,12 +45,22 @@ class World:
             dist.all_reduce(value)
         return value
 
+    def any(self, flag: bool) -> bool:
+        """True on every process if it is true on any (so that all stop at the same step)."""
+        if self.size == 1:
+            return flag
+        return bool(self.sum(torch.tensor([float(flag)], device=self.device)).item() > 0)
 
-def init_world(device: torch.device) -> World:
-    """The process group `torchrun` asks for (WORLD_SIZE > 1), or a single process."""
+
+def init_world(device: torch.device) -> tuple[World, torch.device]:
+    """The process group `torchrun` asks for (WORLD_SIZE > 1), or a single process, and the
+    device this process trains on: on CUDA, its own GPU (`cuda:LOCAL_RANK`)."""
     size = int(os.environ.get("WORLD_SIZE", "1"))
     if size <= 1:
-        return World()
+        return World(device=device), device
+    if device.type == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
     if not dist.is_initialized():
         dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
-    return World(dist.get_rank(), dist.get_world_size())
+    return World(dist.get_rank(), dist.get_world_size(), device), device

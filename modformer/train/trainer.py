@@ -180,7 +180,8 @@ class Trainer:
     def _setup(self) -> int:
         """Build everything; return the step to start from."""
         cfg, tc = self.cfg, self.cfg.train
-        self.device = resolve_device(tc.device)
+        # First: under torchrun each process takes its own GPU, and builds its model there.
+        self.world, self.device = init_world(resolve_device(tc.device))
         if tc.threads is not None:
             torch.set_num_threads(tc.threads)
         self.task = TASKS[cfg.task.name](cfg.task)
@@ -190,13 +191,19 @@ class Trainer:
             source = checkpoint_file(Path(tc.init_from))
             load_model_state(self.model, {k: v.to(self.device) for k, v in read_checkpoint(source).model.items()},
                              source)
-        self.world = init_world(self.device)
         self.world.share(tc.batch_size)  # a batch that does not split is refused before anything is written
         # Only now: a bad init_from (missing, foreign, of another shape) must leave no run behind.
+        # Rank 0 prepares the run directory; if it cannot, every rank stops with its message.
+        problem = None
         if self.world.main:
-            self._prepare_run_dir()
+            try:
+                self._prepare_run_dir()
+            except ModformerError as e:
+                problem = e
         else:  # other ranks write nothing, and read the checkpoints rank 0 writes
             self.metrics = NullMetricsLog(self.metrics.path)
+        if self.world.any(problem is not None):
+            raise problem or ModformerError(f"rank 0 could not prepare {self.run_dir} (its message says why)")
         self.optimizer = build_optimizer(self.model, tc)
         self.trainable = [p for p in self.model.parameters() if p.requires_grad]
         self.last_saved: int | None = None
@@ -204,8 +211,8 @@ class Trainer:
         self.window_loss, self.window_steps = 0.0, 0
         start = self._restore() if self.resume else 0
         # DDP averages gradients in backward; evaluation and checkpoints use the plain model.
-        self.step_model = (torch.nn.parallel.DistributedDataParallel(self.model) if self.world.size > 1
-                        else self.model)
+        self.step_model = self.model if self.world.size == 1 else torch.nn.parallel.DistributedDataParallel(
+            self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
         if start > tc.steps:
             raise ModformerError(f"{self.run_dir} is already at step {start}, past train.steps={tc.steps}")
         self.task.test_set()  # the held-out sets are drawn before timing starts
@@ -224,13 +231,12 @@ class Trainer:
             group["lr"] = lr
         with autocast(self.device, tc.precision):
             logits = self.step_model(batch.inputs)
-        loss = self.task.loss(logits, batch)
         if self.world.size > 1:  # this share's token sum, over the global token count (see distributed.py)
-            count = (batch.targets != IGNORE).sum().float()
-            total = self.world.sum(count)
-            loss = loss * count * self.world.size / total
+            total = self.world.sum((batch.targets != IGNORE).sum().float())
+            loss = self.task.loss(logits, batch, reduction="sum") * self.world.size / total
             loss_value = (self.world.sum(loss.detach()) / self.world.size).item()
         else:
+            loss = self.task.loss(logits, batch)
             loss_value = loss.item()
         if not math.isfinite(loss_value):
             self._diverged("loss", loss_value, step)
@@ -242,7 +248,7 @@ class Trainer:
         self.optimizer.step()
         self.window_loss += loss_value
         self.window_steps += 1
-        self.window_tokens += batch.inputs.numel()
+        self.window_tokens += batch.inputs.numel() * self.world.size  # the global batch's tokens
         return loss_value, float(grad_norm)
 
     def _diverged(self, what: str, value: float, step: int) -> None:
@@ -290,7 +296,8 @@ class Trainer:
                     if self.last_eval is not None:
                         postfix["acc"] = f"{self.last_eval['accuracy']:.3f}"
                     bar.set_postfix(postfix, refresh=False)
-                    if self.interrupts.requested:
+                    # torchrun signals its workers one by one: all stop after the same step.
+                    if self.world.any(self.interrupts.requested):
                         self._stop(done)
         finally:
             bar.close()
