@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from . import variants as _variants  # noqa: F401  (registers the variants)
-from .analysis import add_signal_command, add_usage_command
+from .analysis import add_attention_command, add_signal_command, add_usage_command
 from .bench import add_bench_command
 from .config import RunConfig, config_from_dict, load_config
 from .configtools import describe
@@ -164,6 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_signal_command(sub)
     add_usage_command(sub)
+    add_attention_command(sub)
     add_bench_command(sub)
 
     cv = sub.add_parser(

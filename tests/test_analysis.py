@@ -210,3 +210,15 @@ def test_markdown_layout():
     text = markdown_tables([{"variant": v, "depth": d, "seeds": 2, **measures} for v in ("a", "b") for d in (2, 4)])
     assert text.count("| variant | depth 2 | depth 4 |") == 3
     assert "| a | 0.5 ± 0.01 | 0.5 ± 0.01 |" in text
+
+
+def test_attention_command_plots_a_validation_example_and_the_induction_probe(tiny_config, tmp_path):
+    from modformer.train.trainer import Trainer
+    from test_checkpoint_cli import assert_clean_error, modformer
+
+    Trainer(tiny_config("train.steps=2"), tmp_path / "run", echo=lambda m: None).run()
+    for args, name in (([], "attention.png"), (["--repeated", "4", "--out", tmp_path / "probe.png"], "../probe.png")):
+        result = modformer("attention", tmp_path / "run", *args)
+        assert result.returncode == 0, result.stderr
+        assert (tmp_path / "run" / name).stat().st_size > 0
+    assert_clean_error(modformer("attention", tmp_path / "run", "--example", "100000"), "--example")

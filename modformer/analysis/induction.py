@@ -142,3 +142,45 @@ def plot_induction_scores(records: Sequence[tuple[int, torch.Tensor]], path: str
     fig.suptitle(title)
     fig.tight_layout()
     return save_figure(fig, path)
+
+
+def _attention_command(args) -> int:
+    from ..config import config_from_dict
+    from ..errors import ModformerError
+    from ..evaluate import load_checkpoint_model
+    from ..registry import TASKS
+
+    if args.repeated is not None and args.repeated < 1:
+        raise ModformerError(f"--repeated must be positive, got {args.repeated}")
+    model, data, step = load_checkpoint_model(Path(args.source))
+    cfg = config_from_dict(data)
+    if args.repeated:  # the induction probe: random tokens, then the same tokens again
+        half = min(args.repeated, (model_max_seq_len(model) or 2 * args.repeated) // 2)
+        first = random_tokens(1, half, cfg.model.vocab_size, torch.Generator().manual_seed(0))[0]
+        tokens, what = torch.cat([first, first]), f"{half} random tokens repeated"
+    else:
+        inputs = TASKS[cfg.task.name](cfg.task).validation_set().inputs
+        if not 0 <= args.example < len(inputs):
+            raise ModformerError(f"--example must be in 0..{len(inputs) - 1}, got {args.example}")
+        tokens, what = inputs[args.example], f"validation example {args.example}"
+    source = Path(args.source)
+    out = Path(args.out) if args.out else (source if source.is_dir() else source.parent) / "attention.png"
+    path = plot_attention_maps(model, tokens, out,
+                               title=f"{cfg.model.variant} on {cfg.task.name}, step {step}: {what}")
+    print(f"attention maps: {path}")
+    return 0
+
+
+def add_attention_command(subparsers) -> None:
+    """Add `modformer attention` to the CLI's subparsers."""
+    p = subparsers.add_parser(
+        "attention", help="plot every layer's and head's attention map for one sequence",
+        description="Plot a grid (rows: layers, columns: heads) of a trained model's attention patterns (or MixiT's "
+                    "mixing matrices) on one validation example of its task, or on random tokens repeated twice "
+                    "(the induction-head probe).")
+    p.add_argument("source", help="a run directory (its latest checkpoint) or a checkpoint file")
+    p.add_argument("--example", type=int, default=0, help="index of the validation example (default: 0)")
+    p.add_argument("--repeated", type=int, metavar="N",
+                   help="instead, N random tokens followed by the same N tokens")
+    p.add_argument("--out", help="PNG to write (default: SOURCE/attention.png)")
+    p.set_defaults(func=_attention_command)
