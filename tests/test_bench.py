@@ -28,3 +28,17 @@ def test_knowledge_cost_command(tmp_path):
     assert "| layer | train | 2x8, d=16, n_E=64 |" in result.stdout
     assert modformer("bench", "knowledge", "--tokens", "2by8").returncode == 2
     assert_clean_error(modformer("bench", "knowledge", "--width", "4"), "--width")
+
+
+def test_llama_throughput_command(tmp_path):
+    pytest = __import__("pytest")
+    pytest.importorskip("transformers")
+    result = modformer("bench", "llama", "--width", "32", "--layers", "1", "--heads", "2", "--batch", "2", "--seq", "16",
+                       "--repeats", "1", "--threads", "1", "--precision", "fp32", "--out", tmp_path)
+    assert result.returncode == 0, result.stderr
+    rows = json.loads((tmp_path / "llama_throughput.json").read_text())
+    names = [r["contender"] for r in rows]
+    assert names == ["modformer standard", "transformers LlamaForCausalLM", "modformer frozen_qk", "modformer mixit",
+                     "matmul peak (GFLOP/s)"]
+    assert all(r["tokens_per_s"] > 0 for r in rows) and 0 < rows[0]["mfu"] < 1
+    assert_clean_error(modformer("bench", "llama", "--heads", "3"), "--heads")

@@ -12,6 +12,8 @@ import torch
 from ..errors import ModformerError
 from ..train.checkpoint import atomic_write_text
 from .knowledge import knowledge_cost, markdown
+from .llama import llama_throughput
+from .llama import markdown as llama_markdown
 
 
 def _knowledge(args: argparse.Namespace) -> int:
@@ -22,16 +24,36 @@ def _knowledge(args: argparse.Namespace) -> int:
     rows = knowledge_cost(d_model=args.width, tokens=tokens, n_layers=args.layers, repeats=args.repeats)
     text = markdown(rows, args.threads)
     print(text)
-    if args.out:
-        out = Path(args.out)
-        try:
-            out.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise ModformerError(f"cannot write to {out}: {e.strerror or e}") from None
-        atomic_write_text(out / "knowledge_cost.md", "# Knowledge layer against the FFN it folds into\n\n" + text)
-        atomic_write_text(out / "knowledge_cost.json", json.dumps(
-            [{**asdict(r), "ratio": r.ratio} for r in rows], indent=1) + "\n")
-        print(f"written: {out / 'knowledge_cost.md'}, {out / 'knowledge_cost.json'}")
+    _write(args.out, "knowledge_cost", "Knowledge layer against the FFN it folds into", text, rows)
+    return 0
+
+
+def _write(out_dir: str | None, name: str, title: str, text: str, rows: list) -> None:
+    if not out_dir:
+        return
+    out = Path(out_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ModformerError(f"cannot write to {out}: {e.strerror or e}") from None
+    atomic_write_text(out / f"{name}.md", f"# {title}\n\n" + text)
+    # The ratio is a property of the knowledge rows; written out so the JSON stands alone.
+    data = [{**asdict(r), **({"ratio": r.ratio} if hasattr(r, "ratio") else {})} for r in rows]
+    atomic_write_text(out / f"{name}.json", json.dumps(data, indent=1) + "\n")
+    print(f"written: {out / (name + '.md')}, {out / (name + '.json')}")
+
+
+def _llama(args: argparse.Namespace) -> int:
+    if min(args.width, args.layers, args.heads, args.batch, args.seq, args.repeats, args.threads) < 1 \
+            or args.width % args.heads or (args.width // args.heads) % 2:
+        raise ModformerError("sizes must be positive, --heads must divide --width into even head widths")
+    torch.set_num_threads(args.threads)
+    rows = llama_throughput(d_model=args.width, n_layers=args.layers, n_heads=args.heads, batch=args.batch,
+                            seq_len=args.seq, precisions=tuple(args.precision), variants=tuple(args.variants),
+                            hf=not args.no_hf, repeats=args.repeats)
+    text = llama_markdown(rows, args.threads)
+    print(text)
+    _write(args.out, "llama_throughput", "Training throughput against Hugging Face Llama", text, rows)
     return 0
 
 
@@ -60,4 +82,23 @@ def add_bench_command(subparsers: argparse._SubParsersAction) -> argparse.Argume
                    help="CPU threads for torch (default: torch's)")
     k.add_argument("--out", help="folder for knowledge_cost.md and knowledge_cost.json")
     k.set_defaults(func=_knowledge)
+
+    ll = suites.add_parser(
+        "llama", help="training throughput of our models against Hugging Face LlamaForCausalLM, and MFU",
+        description="Time training steps (forward, backward, fused AdamW) of our standard model, the same weights "
+                    "in transformers' LlamaForCausalLM, and our Frozen-QK and MixiT variants, interleaved in one "
+                    "process, per precision; print tokens/s, ratios and MFU against a matmul peak measured here.")
+    ll.add_argument("--width", type=int, default=256, help="d_model (default: 256)")
+    ll.add_argument("--layers", type=int, default=4, help="blocks (default: 4)")
+    ll.add_argument("--heads", type=int, default=4, help="attention heads (default: 4)")
+    ll.add_argument("--batch", type=int, default=16, help="sequences per step (default: 16)")
+    ll.add_argument("--seq", type=int, default=256, help="tokens per sequence (default: 256)")
+    ll.add_argument("--precision", nargs="+", choices=["fp32", "bf16"], default=["fp32", "bf16"],
+                    help="precisions to time (default: both)")
+    ll.add_argument("--variants", nargs="*", default=["frozen_qk", "mixit"], help="our variants to add")
+    ll.add_argument("--no-hf", action="store_true", help="leave out transformers' Llama")
+    ll.add_argument("--repeats", type=int, default=5, help="timed steps per contender (default: 5)")
+    ll.add_argument("--threads", type=int, default=torch.get_num_threads(), help="CPU threads (default: torch's)")
+    ll.add_argument("--out", help="folder for llama_throughput.md and .json")
+    ll.set_defaults(func=_llama)
     return p

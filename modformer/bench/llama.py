@@ -1,0 +1,113 @@
+"""Training throughput of our models against Hugging Face `LlamaForCausalLM`, side by side.
+
+Every contender trains on the same random batch (B, T) with the same optimizer (fused
+AdamW over trainable parameters, decay on matrices only), precision and thread count, in
+one process, in turn (`time_interleaved`): our standard model, the same weights in
+`LlamaForCausalLM` (`to_hf_llama`), and our Frozen-QK and MixiT variants. Model FLOPs
+utilisation uses the standard model's training FLOPs per token, 6 N + 12 L T d (N: matrix
+parameters of the blocks and head; the second term is attention's scores and mixing),
+against the machine's matrix-multiply peak measured by `matmul_peak` in the same run, so
+the variants' MFU shows how much of the standard model's work per second they match.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..evaluate import autocast
+from ..model.config import ModelConfig
+from ..train.config import TrainConfig
+from ..train.optim import build_optimizer
+from ..variants import build_model
+from .timing import time_interleaved
+
+
+@dataclass
+class ThroughputRow:
+    contender: str
+    precision: str
+    shape: str
+    step_ms: float
+    tokens_per_s: float
+    mfu: float  # of the measured matmul peak, with the standard model's FLOPs per token
+
+
+def matmul_peak(precision: str, size: int = 2048, repeats: int = 5) -> float:
+    """FLOP/s of a square matrix multiply of `size` in float32 or bf16, best of `repeats`."""
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
+    a @ b
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - start)
+    return 2 * size ** 3 / best
+
+
+def training_flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
+    d, L = cfg.d_model, cfg.n_layers
+    per_block = 2 * d * d + 2 * d * cfg.head_dim * cfg.kv_heads + 3 * d * cfg.ffn_dim  # q, o, k, v, SwiGLU
+    matrix_params = L * per_block + d * cfg.vocab_size  # the head; the embedding is a lookup
+    return 6 * matrix_params + 12 * L * seq_len * d
+
+
+def _step(model: nn.Module, tokens: torch.Tensor, precision: str, logits_of: Callable) -> Callable[[], None]:
+    optimizer = build_optimizer(model, TrainConfig(lr=1e-4))
+
+    def step() -> None:
+        with autocast(tokens.device, precision):
+            logits = logits_of(model(tokens))
+        loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), tokens[:, 1:].flatten())
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+    return step
+
+
+def llama_throughput(*, d_model: int = 256, n_layers: int = 4, n_heads: int = 4, vocab_size: int = 512,
+                     batch: int = 16, seq_len: int = 256, precisions: tuple[str, ...] = ("fp32", "bf16"),
+                     variants: tuple[str, ...] = ("frozen_qk", "mixit"), hf: bool = True,
+                     repeats: int = 5) -> list[ThroughputRow]:
+    cfg = ModelConfig(vocab_size=vocab_size, d_model=d_model, n_layers=n_layers, n_heads=n_heads, max_seq_len=seq_len)
+    tokens = torch.randint(0, vocab_size, (batch, seq_len), generator=torch.Generator().manual_seed(0))
+    ours = build_model(cfg, seed=0)
+    contenders = {"modformer standard": (ours, lambda out: out)}
+    if hf:
+        from ..interop.hf_llama import to_hf_llama
+        contenders["transformers LlamaForCausalLM"] = (to_hf_llama(ours, cfg).train(), lambda out: out.logits)
+    for name in variants:
+        contenders[f"modformer {name}"] = (build_model(replace(cfg, variant=name), seed=0), lambda out: out)
+    flops = training_flops_per_token(cfg, seq_len)
+    rows = []
+    for precision in precisions:
+        peak = matmul_peak(precision)
+        steps = {name: _step(model, tokens, precision, logits_of) for name, (model, logits_of) in contenders.items()}
+        times = time_interleaved(steps, repeats=repeats, warmup=2)
+        for name, seconds in times.items():
+            rate = batch * seq_len / seconds
+            rows.append(ThroughputRow(name, precision, f"{batch}x{seq_len}, d={d_model}, L={n_layers}",
+                                      1e3 * seconds, rate, rate * flops / peak))
+        rows.append(ThroughputRow("matmul peak (GFLOP/s)", precision, "2048^3", 0.0, peak / 1e9, 1.0))
+    return rows
+
+
+def markdown(rows: list[ThroughputRow], threads: int) -> str:
+    lines = [f"torch {torch.__version__}, {threads} thread(s), CPU. Median of interleaved training steps "
+             "(forward, backward, fused AdamW); ratio against our standard model at the same precision.", "",
+             "| contender | precision | batch x seq, sizes | step ms | tokens/s | ratio | MFU |",
+             "|---|---|---|---|---|---|---|"]
+    base = {r.precision: r.tokens_per_s for r in rows if r.contender == "modformer standard"}
+    for r in rows:
+        if r.contender.startswith("matmul peak"):
+            lines.append(f"| {r.contender} | {r.precision} | {r.shape} | | {r.tokens_per_s:,.1f} | | |")
+        else:
+            lines.append(f"| {r.contender} | {r.precision} | {r.shape} | {r.step_ms:.1f} | {r.tokens_per_s:,.0f} | "
+                         f"{r.tokens_per_s / base[r.precision]:.3f} | {r.mfu:.1%} |")
+    return "\n".join(lines) + "\n"
