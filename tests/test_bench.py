@@ -42,3 +42,15 @@ def test_llama_throughput_command(tmp_path):
                      "matmul peak (GFLOP/s)"]
     assert all(r["tokens_per_s"] > 0 for r in rows) and 0 < rows[0]["mfu"] < 1
     assert_clean_error(modformer("bench", "llama", "--heads", "3"), "--heads")
+
+
+def test_scaling_command(tmp_path):
+    __import__("pytest").importorskip("transformers")
+    result = modformer("bench", "scaling", "--widths", "16", "32", "--depths", "--seqs", "8", "--width", "32",
+                       "--layers", "1", "--heads", "2", "--batch", "2", "--seq", "16", "--repeats", "1", "--threads",
+                       "1", "--out", tmp_path)
+    assert result.returncode == 0, result.stderr
+    rows = json.loads((tmp_path / "scaling.json").read_text())
+    assert len(rows) == 3 * 4  # 3 points (2 widths, 1 length) x 4 contenders
+    assert (tmp_path / "scaling.png").stat().st_size > 0 and "| seq | 8 |" in (tmp_path / "scaling.md").read_text()
+    assert_clean_error(modformer("bench", "scaling", "--widths", "30", "--heads", "4"), "--widths")

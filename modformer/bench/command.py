@@ -14,6 +14,9 @@ from ..train.checkpoint import atomic_write_text
 from .knowledge import knowledge_cost, markdown
 from .llama import llama_throughput
 from .llama import markdown as llama_markdown
+from .scaling import markdown as scaling_markdown
+from .scaling import plot as scaling_plot
+from .scaling import scaling
 
 
 def _knowledge(args: argparse.Namespace) -> int:
@@ -54,6 +57,28 @@ def _llama(args: argparse.Namespace) -> int:
     text = llama_markdown(rows, args.threads)
     print(text)
     _write(args.out, "llama_throughput", "Training throughput against Hugging Face Llama", text, rows)
+    return 0
+
+
+def _scaling(args: argparse.Namespace) -> int:
+    values = {"width": args.widths, "depth": args.depths, "seq": args.seqs}
+    values = {k: v for k, v in values.items() if v}
+    if not values or any(x < 1 for v in values.values() for x in v) or args.threads < 1 or args.repeats < 1 \
+            or any(w % args.heads or (w // args.heads) % 2 for w in values.get("width", [])):
+        raise ModformerError("give positive --widths, --depths or --seqs (widths divisible by --heads into even "
+                             "head widths), and positive --threads and --repeats")
+    torch.set_num_threads(args.threads)
+    base = {"d_model": args.width, "n_layers": args.layers, "n_heads": args.heads, "batch": args.batch,
+            "seq_len": args.seq}
+    points = scaling(values, base=base, precision=args.precision, repeats=args.repeats)
+    text = (f"torch {torch.__version__}, {args.threads} thread(s), CPU, {args.precision}; base shape: width "
+            f"{args.width}, {args.layers} layers, {args.heads} heads, batch {args.batch} x {args.seq}; one axis "
+            f"moves at a time.\n\n" + scaling_markdown(points))
+    print(text)
+    _write(args.out, "scaling", "Training throughput as the model grows", text + "\n![scaling](scaling.png)\n",
+           [row for _, _, row in points])
+    if args.out:
+        scaling_plot(points, Path(args.out) / "scaling.png")
     return 0
 
 
@@ -101,4 +126,21 @@ def add_bench_command(subparsers: argparse._SubParsersAction) -> argparse.Argume
     ll.add_argument("--threads", type=int, default=torch.get_num_threads(), help="CPU threads (default: torch's)")
     ll.add_argument("--out", help="folder for llama_throughput.md and .json")
     ll.set_defaults(func=_llama)
+
+    sc = suites.add_parser("scaling", help="training tokens/s of every contender as width, depth and length grow",
+                           description="Move one of width, depth and sequence length at a time away from a base shape "
+                                       "and time the `llama` suite's contenders at each point; table and plot.")
+    sc.add_argument("--widths", nargs="*", type=int, default=[128, 256, 512], help="widths (default: 128 256 512)")
+    sc.add_argument("--depths", nargs="*", type=int, default=[2, 4, 8], help="depths (default: 2 4 8)")
+    sc.add_argument("--seqs", nargs="*", type=int, default=[128, 256, 512], help="lengths (default: 128 256 512)")
+    sc.add_argument("--width", type=int, default=256, help="base width (default: 256)")
+    sc.add_argument("--layers", type=int, default=4, help="base depth (default: 4)")
+    sc.add_argument("--heads", type=int, default=4, help="heads (default: 4)")
+    sc.add_argument("--batch", type=int, default=8, help="sequences per step (default: 8)")
+    sc.add_argument("--seq", type=int, default=256, help="base length (default: 256)")
+    sc.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="precision (default: fp32)")
+    sc.add_argument("--repeats", type=int, default=3, help="timed steps per contender and point (default: 3)")
+    sc.add_argument("--threads", type=int, default=torch.get_num_threads(), help="CPU threads (default: torch's)")
+    sc.add_argument("--out", help="folder for scaling.md, scaling.json and scaling.png")
+    sc.set_defaults(func=_scaling)
     return p
