@@ -11,10 +11,10 @@ from pathlib import Path
 from . import variants as _variants  # noqa: F401  (registers the variants)
 from .analysis import add_attention_command, add_signal_command, add_usage_command
 from .bench import add_bench_command
-from .config import RunConfig, config_from_dict, load_config
+from .config import RunConfig, load_config
 from .configtools import describe
 from .errors import Interrupted, ModformerError
-from .evaluate import evaluate, load_checkpoint_model
+from .evaluate import evaluate, load_run
 from .knowledge.convert import convert
 from .registry import FFNS, MIXERS, TASKS, VARIANTS
 from .sweep.report import summary_sections, write_report
@@ -69,9 +69,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    model, data, step = load_checkpoint_model(Path(args.checkpoint), args.overrides)
-    cfg = config_from_dict(data)
-    task = TASKS[cfg.task.name](cfg.task)
+    model, cfg, task, step = load_run(args.checkpoint, args.overrides)
     result = evaluate(model, task, batch_size=cfg.train.eval_batch_size, precision=cfg.train.precision)
     result.update(task.model_metrics(result, model.parameter_counts()))
     summary = {"variant": cfg.model.variant, "task": cfg.task.name, "seed": cfg.train.seed, "step": step,

@@ -10,9 +10,10 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
-from .config import config_from_dict
+from .config import RunConfig, config_from_dict
 from .configtools import apply_override
 from .errors import ModformerError
+from .registry import TASKS
 from .tasks.base import Batch, Task
 from .train.checkpoint import list_checkpoints, load_model_state, read_checkpoint
 from .variants import build_model
@@ -92,3 +93,18 @@ def load_checkpoint_model(path: str | Path, overrides: Sequence[str] = ()) -> tu
     model = build_model(cfg.model, cfg.train.seed)
     load_model_state(model, ckpt.model, path)
     return model, cfg.to_dict(), ckpt.step
+
+
+def load_run(path: str | Path, overrides: Sequence[str] = ()) -> tuple[nn.Module, RunConfig, Task, int]:
+    """(model, run config, its task, step) of a modformer checkpoint or run directory: what
+    the commands that analyse a trained model start from."""
+    model, data, step = load_checkpoint_model(path, overrides)
+    cfg = config_from_dict(data)
+    return model, cfg, TASKS[cfg.task.name](cfg.task), step
+
+
+def beside(source: str | Path, name: str) -> Path:
+    """Where a command reading SOURCE writes by default: SOURCE/name for a run directory, or
+    name next to a checkpoint file."""
+    source = Path(source)
+    return (source if source.is_dir() else source.parent) / name

@@ -145,26 +145,22 @@ def plot_induction_scores(records: Sequence[tuple[int, torch.Tensor]], path: str
 
 
 def _attention_command(args) -> int:
-    from ..config import config_from_dict
     from ..errors import ModformerError
-    from ..evaluate import load_checkpoint_model
-    from ..registry import TASKS
+    from ..evaluate import beside, load_run
 
     if args.repeated is not None and args.repeated < 1:
         raise ModformerError(f"--repeated must be positive, got {args.repeated}")
-    model, data, step = load_checkpoint_model(Path(args.source))
-    cfg = config_from_dict(data)
+    model, cfg, task, step = load_run(args.source)
     if args.repeated:  # the induction probe: random tokens, then the same tokens again
         half = min(args.repeated, (model_max_seq_len(model) or 2 * args.repeated) // 2)
         first = random_tokens(1, half, cfg.model.vocab_size, torch.Generator().manual_seed(0))[0]
         tokens, what = torch.cat([first, first]), f"{half} random tokens repeated"
     else:
-        inputs = TASKS[cfg.task.name](cfg.task).validation_set().inputs
+        inputs = task.validation_set().inputs
         if not 0 <= args.example < len(inputs):
             raise ModformerError(f"--example must be in 0..{len(inputs) - 1}, got {args.example}")
         tokens, what = inputs[args.example], f"validation example {args.example}"
-    source = Path(args.source)
-    out = Path(args.out) if args.out else (source if source.is_dir() else source.parent) / "attention.png"
+    out = Path(args.out) if args.out else beside(args.source, "attention.png")
     path = plot_attention_maps(model, tokens, out,
                                title=f"{cfg.model.variant} on {cfg.task.name}, step {step}: {what}")
     print(f"attention maps: {path}")

@@ -146,18 +146,13 @@ def write_usage(usage: Usage, out: Path) -> Path:
 
 
 def _run_command(args: argparse.Namespace) -> int:
-    from ..config import config_from_dict
-    from ..evaluate import load_checkpoint_model
-    from ..registry import TASKS
+    from ..evaluate import beside, load_run
 
     if args.examples < 1 or args.top < 1:
         raise ModformerError("--examples and --top must be positive")
-    model, data, _ = load_checkpoint_model(Path(args.source))
-    cfg = config_from_dict(data)
-    inputs = TASKS[cfg.task.name](cfg.task).validation_set().inputs[:args.examples]
-    usage = entry_usage(model, inputs, top_k=args.top)
-    source = Path(args.source)
-    out = Path(args.out) if args.out else (source if source.is_dir() else source.parent) / "usage"
+    model, _, task, _ = load_run(args.source)
+    usage = entry_usage(model, task.validation_set().inputs[:args.examples], top_k=args.top)
+    out = Path(args.out) if args.out else beside(args.source, "usage")
     path = write_usage(usage, out)
     print(markdown(usage) + f"\nwritten: {path}, {out / 'usage.png'}, {out / 'usage.json'}")
     return 0

@@ -93,7 +93,7 @@ def convert(source: str | Path, to: str, out: str | Path, *, threshold: str = "l
         new_cfg = unfolded_config(cfg, threshold=threshold, n_entries=n_entries or cfg.ffn_dim,
                                   d_entry=d_entry or n_entries or cfg.ffn_dim)
         if "task" in data:
-            extra["task_before"], extra["task_after"] = (_task_metrics(m, data) for m in (model, converted))
+            extra["task_before"], extra["task_after"] = _task_metrics([model, converted], data)
     elif to == "knowledge":
         converted, new_cfg = unfold_model(model, threshold=threshold), unfolded_config(cfg, threshold=threshold)
     else:
@@ -116,15 +116,15 @@ def convert(source: str | Path, to: str, out: str | Path, *, threshold: str = "l
             "parameters_after": sum(p.numel() for p in converted.parameters()), **extra}
 
 
-def _task_metrics(model: Transformer, data: dict[str, Any]) -> dict[str, float]:
-    """Validation loss and accuracy of `model` on the run's own task."""
+def _task_metrics(models: list[Transformer], data: dict[str, Any]) -> list[dict[str, float]]:
+    """Validation loss and accuracy of each model on the run's own task (drawn once)."""
     from ..evaluate import evaluate
     from ..registry import TASKS
 
     cfg = config_from_dict(data)
-    result = evaluate(model, TASKS[cfg.task.name](cfg.task), data=TASKS[cfg.task.name](cfg.task).validation_set(),
-                      batch_size=cfg.train.eval_batch_size)
-    return {"loss": result["loss"], "accuracy": result["accuracy"]}
+    task = TASKS[cfg.task.name](cfg.task)
+    results = [evaluate(m, task, data=task.validation_set(), batch_size=cfg.train.eval_batch_size) for m in models]
+    return [{"loss": r["loss"], "accuracy": r["accuracy"]} for r in results]
 
 
 def _write_hf(model: Transformer, converted: Transformer, cfg, source: Path, out: Path) -> dict[str, Any]:
