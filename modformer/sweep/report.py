@@ -117,33 +117,29 @@ def write_report(sweep_dir: str | Path) -> Path:
             lines.append(f"| {v} | " + " | ".join(_cell([r["summary"]["test"][k] for r in runs], k) for k in extra) + " |")
         lines.append("")
 
-    slice_names = sorted({n for r in done for n in r["summary"]["test"].get("slices", {})})
-    for name in slice_names:
-        values = sorted({k for r in done for k in r["summary"]["test"]["slices"].get(name, {})}, key=_sort_key)
+    # slice name -> its values, in order, over every finished run
+    slice_values = {name: sorted({k for r in done for k in r["summary"]["test"]["slices"].get(name, {})}, key=_sort_key)
+                    for name in sorted({n for r in done for n in r["summary"]["test"].get("slices", {})})}
+    slice_names = list(slice_values)
+    for name, values in slice_values.items():
         lines += [f"## Test accuracy per `{name}` (chosen settings)", "",
                   "| " + name + " | " + " | ".join(variants) + " |", "|---" * (len(variants) + 1) + "|"]
         for value in values:
-            cells = []
-            for v in variants:
-                accs = [r["summary"]["test"]["slices"][name][value]["accuracy"] for r in groups[(v, chosen[v])]
-                        if value in r["summary"]["test"]["slices"].get(name, {})]
-                cells.append(_cell(accs) if accs else "-")
+            cells = [_slice_cell(groups[(v, chosen[v])], name, value) for v in variants]
             lines.append(f"| {value} | " + " | ".join(cells) + " |")
         lines.append("")
 
     # Small slices (old and new facts, balanced or not) per setting: there the setting is the question.
-    few = [n for n in slice_names if len({k for r in done for k in r["summary"]["test"]["slices"].get(n, {})}) <= 4]
-    if few and len(groups) > len(variants):
-        for name in few:
-            values = sorted({k for r in done for k in r["summary"]["test"]["slices"].get(name, {})}, key=_sort_key)
+    if len(groups) > len(variants):
+        for name, values in slice_values.items():
+            if len(values) > 4:
+                continue
             lines += [f"## Test accuracy per `{name}`, every setting", "",
                       "| variant | setting | " + " | ".join(f"{name}={v}" for v in values) + " |",
                       "|---" * (len(values) + 2) + "|"]
             for (v, point), runs in sorted(groups.items()):
-                cells = [_cell(accs) if (accs := [r["summary"]["test"]["slices"][name][value]["accuracy"]
-                                                  for r in runs if value in r["summary"]["test"]["slices"].get(name, {})])
-                         else "-" for value in values]
-                lines.append(f"| {v} | `{point}` | " + " | ".join(cells) + " |")
+                lines.append(f"| {v} | `{point}` | " + " | ".join(_slice_cell(runs, name, value) for value in values)
+                             + " |")
             lines.append("")
 
     lines += ["## The whole grid", "",
@@ -186,6 +182,17 @@ def summary_sections(report: str) -> str:
     return "\n".join(out).strip()
 
 
+def _slice_accuracies(runs: list[dict], name: str, value: str) -> list[float]:
+    """Test accuracy on slice name=value of each run that has that slice value."""
+    return [r["summary"]["test"]["slices"][name][value]["accuracy"] for r in runs
+            if value in r["summary"]["test"]["slices"].get(name, {})]
+
+
+def _slice_cell(runs: list[dict], name: str, value: str) -> str:
+    accs = _slice_accuracies(runs, name, value)
+    return _cell(accs) if accs else "-"
+
+
 def _sort_key(value: str):
     return (0, float(value)) if value.lstrip("-").replace(".", "", 1).isdigit() else (1, value)
 
@@ -194,12 +201,9 @@ def _plot_slices(path: Path, names: list[str], variants: list[str], groups, chos
     fig, axes = plt.subplots(1, len(names), figsize=(6 * len(names), 4), squeeze=False)
     for ax, name in zip(axes[0], names):
         for v in variants:
-            per_value = defaultdict(list)
-            for r in groups[(v, chosen[v])]:
-                for value, stats in r["summary"]["test"]["slices"].get(name, {}).items():
-                    per_value[value].append(stats["accuracy"])
-            keys = sorted(per_value, key=_sort_key)
-            stats = [summarize(per_value[k]) for k in keys]
+            runs = groups[(v, chosen[v])]
+            keys = sorted({k for r in runs for k in r["summary"]["test"]["slices"].get(name, {})}, key=_sort_key)
+            stats = [summarize(_slice_accuracies(runs, name, k)) for k in keys]
             below = [0.0 if s.n < 2 else s.mean - max(s.low, 0.0) for s in stats]
             above = [0.0 if s.n < 2 else min(s.high, 1.0) - s.mean for s in stats]
             ax.errorbar(keys, [s.mean for s in stats], yerr=[below, above], marker="o", capsize=3, label=v)
