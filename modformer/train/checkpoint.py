@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,22 @@ def atomic_write(path: Path, write) -> None:
 
 def atomic_write_text(path: Path, text: str) -> None:
     atomic_write(path, lambda tmp: Path(tmp).write_text(text))
+
+
+def atomic_write_folder(path: Path, write) -> None:
+    """Call `write(tmp_folder)` on a new, empty sibling folder, then put it in place of
+    `path` (a folder already there is removed first). Whatever fails, the sibling is
+    removed: no half-written folder is ever left at `path` or beside it."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.partial-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        tmp.mkdir(parents=True)
+        write(tmp)
+        shutil.rmtree(path, ignore_errors=True)
+        tmp.rename(path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def optimizer_tensors(optimizer: torch.optim.Optimizer, names: dict[nn.Parameter, str]) -> dict[str, torch.Tensor]:
