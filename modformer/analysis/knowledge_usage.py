@@ -26,7 +26,7 @@ from torch import nn
 from ..errors import ModformerError
 from ..model.hooks import capture
 from ..model.knowledge import KnowledgeFFN
-from ..train.checkpoint import atomic_write_text
+from ..train.checkpoint import atomic_write_text, output_folder
 from .common import by_layer, evaluating, model_device, plt, save_figure
 
 SCORES = "blocks.*.ffn.scores"
@@ -135,10 +135,7 @@ def plot(usage: Usage, path: Path) -> None:
 
 
 def write_usage(usage: Usage, out: Path) -> Path:
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ModformerError(f"cannot write to {out}: {e.strerror or e}") from None
+    out = output_folder(out)
     atomic_write_text(out / "usage.json", json.dumps(asdict(usage), indent=1))
     atomic_write_text(out / "usage.md", markdown(usage) + "\n![usage](usage.png)\n")
     plot(usage, out / "usage.png")

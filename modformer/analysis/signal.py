@@ -32,11 +32,11 @@ from typing import Any, Sequence
 import torch
 
 from ..configtools import apply_override, from_dict
-from ..errors import ConfigError, ModformerError
+from ..errors import ConfigError
 from ..model.config import ModelConfig
 from ..model.hooks import capture
 from ..registry import VARIANTS
-from ..train.checkpoint import atomic_write_text
+from ..train.checkpoint import atomic_write_text, output_folder
 from ..variants import build_model
 from .common import by_layer, evaluating, plt, random_tokens, save_figure
 
@@ -194,11 +194,7 @@ def plot_signal(results: list[dict[str, Any]], path: str | Path, title: str = ""
 def write_reports(results: list[dict[str, Any]], out: str | Path, settings: dict[str, Any]) -> dict[str, Path]:
     """signal.json (settings and results), signal.md (tables) and signal.png under `out`,
     each written atomically."""
-    out = Path(out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ModformerError(f"cannot create output directory {out}: {e.strerror}") from None
+    out = output_folder(out)
     paths = {"json": out / "signal.json", "markdown": out / "signal.md", "plot": out / "signal.png"}
     atomic_write_text(paths["json"], json.dumps({"settings": settings, "results": results}, indent=2) + "\n")
     atomic_write_text(paths["markdown"], "# Signal propagation at initialisation\n\n" + markdown_tables(results))

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from ..errors import ModformerError
-from ..train.checkpoint import atomic_write_text
+from ..train.checkpoint import atomic_write_text, output_folder
 from .knowledge import knowledge_cost, markdown
 from .llama import llama_throughput
 from .llama import markdown as llama_markdown
@@ -34,11 +34,7 @@ def _knowledge(args: argparse.Namespace) -> int:
 def _write(out_dir: str | None, name: str, title: str, text: str, rows: list) -> None:
     if not out_dir:
         return
-    out = Path(out_dir)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ModformerError(f"cannot write to {out}: {e.strerror or e}") from None
+    out = output_folder(out_dir)
     atomic_write_text(out / f"{name}.md", f"# {title}\n\n" + text)
     # The ratio is a property of the knowledge rows; written out so the JSON stands alone.
     data = [{**asdict(r), **({"ratio": r.ratio} if hasattr(r, "ratio") else {})} for r in rows]

@@ -21,7 +21,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from ..errors import CheckpointError
+from ..errors import CheckpointError, ModformerError
 
 FORMAT = "modformer.checkpoint"
 FORMAT_VERSION = "1"
@@ -56,6 +56,17 @@ def atomic_write(path: Path, write) -> None:
 
 def atomic_write_text(path: Path, text: str) -> None:
     atomic_write(path, lambda tmp: Path(tmp).write_text(text))
+
+
+def output_folder(path: str | Path) -> Path:
+    """`path` as a folder a command can write its outputs to, made if missing; a path that
+    cannot be one (a file there, no permission) is one clear error."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ModformerError(f"cannot write to {path}: {e.strerror or e}") from None
+    return path
 
 
 def atomic_write_folder(path: Path, write) -> None:
