@@ -11,6 +11,7 @@ from pathlib import Path
 from . import variants as _variants  # noqa: F401  (registers the variants)
 from .analysis import add_attention_command, add_signal_command, add_usage_command
 from .bench import add_bench_command
+from .bridge.command import add_modules_command
 from .config import RunConfig, load_config
 from .configtools import describe
 from .errors import Interrupted, ModformerError
@@ -164,6 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_usage_command(sub)
     add_attention_command(sub)
     add_bench_command(sub)
+    add_modules_command(sub)
 
     cv = sub.add_parser(
         "convert", help="write a model's FFNs as reads of one knowledge base, or fold them back",

@@ -1,0 +1,157 @@
+"""`modformer modules`: every arm x every seed of an LLM-Modules experiment, in one folder.
+
+    OUT/config.yaml             the resolved config
+    OUT/split.json              the task's training and held-out items (and what the teacher knew)
+    OUT/runs/ARM/seed_S/        metrics.jsonl and summary.json of each run
+    OUT/results.jsonl           one line per finished run
+    OUT/report.md, curves.png   written by `modules_report`
+
+A finished run (its summary.json exists) is never redone: run the same command again to
+continue a stopped experiment. Teacher states are cached once per (teacher, layer, texts)
+under the modformer cache folder and shared by every arm, seed and later experiment.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from ..configtools import to_dict
+from ..errors import ModformerError
+from ..train.checkpoint import atomic_write_text
+from ..train.records import MetricsLog
+from .arm_run import TeacherParts, run_arm
+from .arms import ARMS
+from .cache import TeacherStateCache, fingerprint
+from .dataset import ModulesData, encode_corpus, encode_items
+from .facts import all_facts, known_facts
+from .modules_config import ModulesConfig
+from .packaged import cache_root, load_teacher
+from .teacher import Teacher
+from .texts import EXTRACT, arithmetic_items, fact_items, load_corpus, split_items
+
+EVAL_ITEMS = 200  # training (and arithmetic held-out) items whose generated answers are scored
+
+
+class ModulesExperiment:
+    def __init__(self, cfg: ModulesConfig, out: Path, echo=print):
+        self.cfg, self.out, self.echo = cfg, Path(out), echo
+
+    def _check_folder(self) -> None:
+        saved = self.out / "config.yaml"
+        if saved.exists():
+            before = yaml.safe_load(saved.read_text())
+            now = to_dict(self.cfg)
+            # More arms or seeds may be added to a stopped or finished experiment; nothing else may change.
+            same = {k: v for k, v in before.items() if k not in ("arms", "seeds")} == \
+                   {k: v for k, v in now.items() if k not in ("arms", "seeds")}
+            if not same:
+                raise ModformerError(f"{self.out} holds an experiment with another config; choose another --out")
+        self.out.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(saved, self.cfg.to_yaml())
+
+    def prepare(self) -> None:
+        """Load the teacher, choose and split the items, encode the texts, cache the states."""
+        cfg = self.cfg
+        if cfg.train.threads:
+            torch.set_num_threads(cfg.train.threads)
+        self._check_folder()
+        started = time.perf_counter()
+        model, self.tokenizer = load_teacher(cfg.teacher.name)
+        n_layers = model.config.num_hidden_layers
+        items = self._items(model)
+        train, held = split_items(items, cfg.data.held_out, cfg.data.split_seed)
+        if cfg.data.task == "arithmetic":  # thousands of sums: score a fixed sample
+            held = sorted(held, key=lambda i: hash((i.group, i.prompt)) % 10007)[:EVAL_ITEMS]
+        atomic_write_text(self.out / "split.json", json.dumps({
+            "task": cfg.data.task, "items": len(items), "train": [i.text for i in train],
+            "held_out": [i.text for i in held]}, indent=1) + "\n")
+        corpus = None
+        if cfg.data.corpus is not None:
+            texts = load_corpus(cfg.data.corpus, cfg.data.corpus_rows, cfg.data.split_seed)
+            corpus = encode_corpus(self.tokenizer, texts, cfg.data.max_tokens, first=len(train))
+        train_rows = encode_items(self.tokenizer, train, first=0)
+        held_rows = encode_items(self.tokenizer, held, first=len(train) + (len(corpus) if corpus else 0))
+        answers = [torch.tensor(self.tokenizer(i.text).input_ids) for i in fact_items(all_facts())] \
+            if cfg.data.task == "facts" else []
+        self.data = ModulesData(train_rows, corpus, held_rows, answers, cfg.data.loss_on)
+        self.extract = EXTRACT[cfg.data.task]
+        self.data.cache = self._cache(model, cfg.teacher.layer)
+        last = cfg.teacher.layer % (n_layers + 1) == n_layers
+        if any(ARMS[a].distill for a in cfg.arms):
+            self.data.final_cache = self.data.cache if last else self._cache(model, -1)
+        self.teacher = self._teacher_parts(model)
+        self.echo(f"teacher {cfg.teacher.name} (layer {cfg.teacher.layer}), {len(train)} training and {len(held)} "
+                  f"held-out {cfg.data.task} items, {len(corpus) if corpus else 0} corpus texts, student vocabulary "
+                  f"{len(self.data.vocab)}; prepared in {time.perf_counter() - started:.0f} s")
+
+    def _items(self, model) -> list:
+        cfg = self.cfg
+        if cfg.data.task == "arithmetic":
+            return arithmetic_items(cfg.data.arithmetic_digits)
+        facts = all_facts()
+        if cfg.teacher.known_only:
+            key = hashlib.sha256("|".join([cfg.teacher.name, *(f.text for f in facts)]).encode()).hexdigest()[:32]
+            known_file = cache_root() / "known-facts" / f"{key}.json"
+            if known_file.is_file():
+                known_texts = set(json.loads(known_file.read_text()))
+                facts = [f for f in facts if f.text in known_texts]
+            else:
+                self.echo(f"asking the teacher {len(facts)} facts (once; the answer is cached in {known_file})")
+                facts = known_facts(model, self.tokenizer, facts)
+                known_file.parent.mkdir(parents=True, exist_ok=True)
+                atomic_write_text(known_file, json.dumps([f.text for f in facts]))
+            self.echo(f"the teacher completes {len(facts)} of {len(all_facts())} facts correctly")
+        return fact_items(facts)
+
+    def _cache(self, model, layer: int) -> TeacherStateCache:
+        cfg = self.cfg
+        rows = self.data.all_rows
+        key = fingerprint(cfg.teacher.name, layer, cfg.teacher.cache_dtype, rows)
+        folder = cache_root() / "teacher-states" / key
+        teacher = Teacher(model, layer)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.teacher.precision == "bf16"):
+            started = time.perf_counter()
+            cache = TeacherStateCache.build(teacher, cfg.teacher.name, rows, folder, dtype=cfg.teacher.cache_dtype,
+                                            batch_size=cfg.teacher.batch_size)
+        self.echo(f"teacher states of layer {layer}: {folder} ({sum(len(r) for r in rows):,} tokens, "
+                  f"{time.perf_counter() - started:.1f} s)")
+        return cache
+
+    def _teacher_parts(self, model) -> TeacherParts:
+        cfg = self.cfg
+        train_rows = list(range(len(self.data.train) + (len(self.data.corpus) if self.data.corpus else 0)))
+        states = torch.cat([self.data.cache.get([r])[0][0] for r in train_rows])  # (tokens, d_t)
+        return TeacherParts(model=model, layer=cfg.teacher.layer, embeddings=model.get_input_embeddings().weight.detach(),
+                            head=model.get_output_embeddings().weight.detach().float(), width=model.config.hidden_size,
+                            precision=cfg.teacher.precision, round_bf16=cfg.teacher.cache_dtype == "bf16",
+                            mean=states.mean(0), std=states.std(0))
+
+    def run(self) -> list[dict[str, Any]]:
+        """Every (arm, seed) not yet finished; returns every finished run's result."""
+        self.prepare()
+        for arm_name in self.cfg.arms:
+            for seed in self.cfg.seeds:
+                folder = self.out / "runs" / arm_name / f"seed_{seed}"
+                if (folder / "summary.json").exists():
+                    continue
+                folder.mkdir(parents=True, exist_ok=True)
+                log = MetricsLog(folder / "metrics.jsonl")
+                log.keep(lambda r: False)  # what a killed run logged is redone
+                self.echo(f"{arm_name} seed {seed}: training")
+                result = {"arm": arm_name, **run_arm(self.cfg, ARMS[arm_name], seed, self.data, self.teacher,
+                                                     self.tokenizer, self.extract, log.append, EVAL_ITEMS)}
+                atomic_write_text(folder / "summary.json", json.dumps(result, indent=1) + "\n")
+                self.echo(f"{arm_name} seed {seed}: held-out exact match {result['held_out_exact']:.3f}, training "
+                          f"items {result['train_exact']:.3f}, held-out answer loss "
+                          f"{result['held_out_answer_loss']:.3f} ({result['seconds']:.0f} s)")
+        results = [json.loads((self.out / "runs" / a / f"seed_{s}" / "summary.json").read_text())
+                   for a in self.cfg.arms for s in self.cfg.seeds]
+        atomic_write_text(self.out / "results.jsonl", "".join(json.dumps(r) + "\n" for r in results))
+        return results

