@@ -113,7 +113,7 @@ class ArmRun:
             return ce
         w, T = self.cfg.train.distill_weight, self.cfg.train.distill_temperature
         final = self.data.states(batch, final=True)[scored]  # (N, d_t)
-        teacher_logits = final @ self.teacher.head[self.data.vocab].T
+        teacher_logits = (final @ self.teacher.head[self.data.vocab].T).float()
         kl = F.kl_div(F.log_softmax(logits[scored].float() / T, -1), F.log_softmax(teacher_logits / T, -1),
                       log_target=True, reduction="batchmean")
         return (1 - w) * ce + w * T * T * kl
@@ -145,7 +145,8 @@ class ArmRun:
             batch = self.data.train_batch(self.seed, step, tc.batch_size, self.cfg.data.task_fraction)
             for group in optimizer.param_groups:
                 group["lr"] = group["base_lr"] * learning_rate(step, schedule)
-            loss = self.loss(batch)
+            with autocast(torch.device("cpu"), tc.precision):
+                loss = self.loss(batch)
             if not math.isfinite(loss.item()):
                 raise FloatingPointError(f"the loss became {loss.item()} at step {step + 1}")
             optimizer.zero_grad(set_to_none=True)

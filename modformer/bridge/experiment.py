@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 import time
 from pathlib import Path
 from typing import Any
@@ -66,9 +67,11 @@ class ModulesExperiment:
         model, self.tokenizer = load_teacher(cfg.teacher.name)
         n_layers = model.config.num_hidden_layers
         items = self._items(model)
+        if cfg.data.max_items is not None and cfg.data.max_items < len(items):
+            items = random.Random(cfg.data.split_seed).sample(items, cfg.data.max_items)
         train, held = split_items(items, cfg.data.held_out, cfg.data.split_seed)
-        if cfg.data.task == "arithmetic":  # thousands of sums: score a fixed sample
-            held = sorted(held, key=lambda i: hash((i.group, i.prompt)) % 10007)[:EVAL_ITEMS]
+        if len(held) > EVAL_ITEMS:  # thousands of sums: score a fixed sample
+            held = random.Random(cfg.data.split_seed).sample(held, EVAL_ITEMS)
         atomic_write_text(self.out / "split.json", json.dumps({
             "task": cfg.data.task, "items": len(items), "train": [i.text for i in train],
             "held_out": [i.text for i in held]}, indent=1) + "\n")

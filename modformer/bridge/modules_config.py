@@ -68,6 +68,8 @@ class DataSection:
     loss_on: str = option("answer", "task items: loss on the answer only, or on the whole text (corpus texts are "
                                     "always scored whole)")
     arithmetic_digits: int = option(2, "arithmetic: digits per operand")
+    max_items: int | None = option(None, "use a seeded sample of this many of the task's items (null: all); "
+                                         "arithmetic has 8,100 two-digit sums and the teacher reads each once")
 
 
 @dataclass
@@ -84,6 +86,7 @@ class ArmTrainSection:
     eval_every: int = option(100, "teacher-forced held-out loss every this many steps (and at the end)")
     log_every: int = option(10, "training-loss records every this many steps")
     max_new_tokens: int = option(4, "greedy generation length when scoring exact match")
+    precision: str = option("fp32", "the student's training steps: fp32, or bf16 autocast (weights stay fp32)")
     threads: int | None = option(None, "CPU threads for torch; null leaves torch's default")
 
 
@@ -100,6 +103,7 @@ class ModulesConfig:
     def __post_init__(self) -> None:
         checks = [
             (self.teacher.precision in ("fp32", "bf16"), "teacher.precision must be fp32 or bf16"),
+            (self.train.precision in ("fp32", "bf16"), "train.precision must be fp32 or bf16"),
             (self.teacher.cache_dtype in ("float32", "bf16"), "teacher.cache_dtype must be float32 or bf16"),
             (self.student.embeddings in ("teacher", "random"), "student.embeddings must be teacher or random"),
             (self.data.task in ("facts", "arithmetic"), "data.task must be facts or arithmetic"),
@@ -108,6 +112,7 @@ class ModulesConfig:
             (0 < self.data.task_fraction <= 1, "data.task_fraction must lie in (0, 1]"),
             (self.data.corpus is not None or self.data.task_fraction == 1,
              "data.task_fraction must be 1 without a corpus (data.corpus: null)"),
+            (self.data.max_items is None or self.data.max_items >= 2, "data.max_items must be at least 2 or null"),
             (min(self.train.steps, self.train.batch_size, self.train.eval_every, self.train.log_every,
                  self.train.max_new_tokens, self.student.n_layers, self.student.n_heads, self.data.corpus_rows,
                  self.data.max_tokens, self.data.arithmetic_digits, self.teacher.batch_size) >= 1,
