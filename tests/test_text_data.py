@@ -180,3 +180,23 @@ def test_packaged_sources_load():
     assert len(plays) == 42 and "HAMLET" in plays[[i for i, d in enumerate(plays) if "Denmark" in d.text][0]].text
     reviews = open_source("rotten_tomatoes", Columns(label="label")).documents()
     assert len(reviews) == 8530 and {d.label for d in reviews} == {0, 1}
+
+
+def test_hub_datasets_are_pooled_and_grouped_as_documents(monkeypatch):
+    """With a (stand-in) hub: every split read, wikitext's lines grouped into articles,
+    labels read, and max_documents respected."""
+    datasets = pytest.importorskip("datasets")
+    lines = [" = Alpha = \n", " text of alpha\n", " = = Part = = \n", " more alpha\n", " = Beta = \n", " beta\n"]
+    fake = {"wikitext": datasets.DatasetDict({"train": datasets.Dataset.from_dict({"text": lines[:4]}),
+                                              "test": datasets.Dataset.from_dict({"text": lines[4:]})}),
+            "yelp": datasets.DatasetDict({"train": datasets.Dataset.from_dict({"text": ["good", "bad", "fine"],
+                                                                               "label": [1, 0, 1]}),
+                                          "test": datasets.Dataset.from_dict({"text": ["meh"], "label": [0]})})}
+    monkeypatch.setattr(hub, "hub_reachable", lambda timeout=3.0: True)
+    monkeypatch.setattr(datasets, "load_dataset",
+                        lambda path, config, streaming: fake["wikitext" if "wiki" in path else "yelp"])
+    articles = open_source("wikitext103", Columns()).documents()
+    assert [d.text for d in articles] == ["".join(lines[:4]), "".join(lines[4:])]
+    reviews = open_source("yelp_polarity", Columns(label="label")).documents()
+    assert [(d.text, d.label) for d in reviews] == [("good", 1), ("bad", 0), ("fine", 1), ("meh", 0)]
+    assert len(open_source("yelp_polarity", Columns(label="label"), max_documents=3).documents()) == 3

@@ -113,6 +113,7 @@ class Corpus:
         if not TokenStore.complete(self.folder):
             with _locked(self.folder.with_name(self.folder.name + ".lock")):
                 if not TokenStore.complete(self.folder):  # another process may have built it meanwhile
+                    self._documents()
                     self._say(f"tokenizing data source '{spec.source}' into {self.folder} (once; reused after)")
                 build_store(self.folder, lambda: {k: to_units(v, spec.unit) for k, v in self._documents().items()},
                             self.tokenizer, identity=store_id, progress=progress)
@@ -139,6 +140,7 @@ class Corpus:
         if not (folder / "special.json").is_file():
             with _locked(folder.with_name(folder.name + ".lock")):
                 if not (folder / "special.json").is_file():
+                    self._documents()  # a source that cannot be read fails before any message
                     self._say(f"training a byte-level BPE of {s.tokenizer_vocab} tokens on data source "
                               f"'{s.source}' into {folder} (once; reused after)")
                     tokenizer = train_bpe(self._sample(), s.tokenizer_vocab)
