@@ -14,8 +14,10 @@ from .bench import add_bench_command
 from .bridge.command import add_modules_command
 from .config import RunConfig, load_config
 from .configtools import describe
+from .data import named_sources
 from .errors import Interrupted, ModformerError
 from .evaluate import evaluate, load_run
+from .generate import add_generate_command
 from .knowledge.convert import convert
 from .registry import FFNS, MIXERS, TASKS, VARIANTS
 from .sweep.report import summary_sections, write_report
@@ -120,6 +122,10 @@ def cmd_list(args: argparse.Namespace) -> int:
     print("mixers (model.mixer): " + ", ".join(MIXERS))
     print("feed-forward modules (model.ffn): " + ", ".join(FFNS))
     print("tasks (task.name): " + ", ".join(TASKS))
+    print("text sources (task.source of lm and sentiment):")
+    for name, about in named_sources().items():
+        print(f"  {name:<20}{about}")
+    print(f"  {'PATH':<20}a .txt, .jsonl, .csv or .parquet file, or a folder of them")
     return 0
 
 
@@ -164,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_signal_command(sub)
     add_usage_command(sub)
     add_attention_command(sub)
+    add_generate_command(sub)
     add_bench_command(sub)
     add_modules_command(sub)
 

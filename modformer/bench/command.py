@@ -11,6 +11,8 @@ import torch
 
 from ..errors import ModformerError
 from ..train.checkpoint import atomic_write_text, output_folder
+from .data import data_throughput, load_bench_config
+from .data import markdown as data_markdown
 from .knowledge import knowledge_cost, markdown
 from .llama import llama_throughput
 from .llama import markdown as llama_markdown
@@ -78,6 +80,18 @@ def _scaling(args: argparse.Namespace) -> int:
     return 0
 
 
+def _data(args: argparse.Namespace) -> int:
+    if args.repeats < 1 or args.threads < 1:
+        raise ModformerError("--repeats and --threads must be positive")
+    torch.set_num_threads(args.threads)
+    cfg = load_bench_config(args.config, args.overrides, args.variant)
+    rows = data_throughput(cfg, repeats=args.repeats)
+    text = data_markdown(rows, args.threads)
+    print(text)
+    _write(args.out, "data_throughput", "Data loading against training", text, rows)
+    return 0
+
+
 def _tokens(text: str) -> str:
     parts = text.split("x")
     if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
@@ -139,4 +153,17 @@ def add_bench_command(subparsers: argparse._SubParsersAction) -> argparse.Argume
     sc.add_argument("--threads", type=int, default=torch.get_num_threads(), help="CPU threads (default: torch's)")
     sc.add_argument("--out", help="folder for scaling.md, scaling.json and scaling.png")
     sc.set_defaults(func=_scaling)
+
+    da = suites.add_parser(
+        "data", help="tokens/s the text loader delivers against tokens/s training consumes",
+        description="Time the training stream of a config's task (reading memory-mapped shards into batches) and a "
+                    "training step of its model, interleaved in one process; print both in tokens/s. CONFIG may be "
+                    "a sweep file (the sweep section is ignored).")
+    da.add_argument("config", help="a run or sweep config, e.g. configs/experiments/random_attention/lm.yaml")
+    da.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. train.batch_size=32")
+    da.add_argument("--variant", help="model.variant to time (default: the config's, standard for a sweep)")
+    da.add_argument("--repeats", type=int, default=5, help="timed repeats per contender (default: 5)")
+    da.add_argument("--threads", type=int, default=torch.get_num_threads(), help="CPU threads (default: torch's)")
+    da.add_argument("--out", help="folder for data_throughput.md and .json")
+    da.set_defaults(func=_data)
     return p

@@ -80,8 +80,9 @@ def config_from_hf(hf_config: Any) -> ModelConfig:
 
 def hf_config_from(cfg: ModelConfig) -> Any:
     """The `LlamaConfig` of a standard model config; other architectures have no Llama form."""
-    if cfg.mixer != "attention" or cfg.ffn != "swiglu" or not cfg.rope or cfg.learned_positions:
-        raise ConfigError("only a standard model (attention mixer, swiglu ffn, RoPE, no learned positions) "
+    if cfg.mixer != "attention" or cfg.ffn != "swiglu" or not cfg.rope or cfg.learned_positions \
+            or not cfg.attention.causal:
+        raise ConfigError("only a standard model (causal attention mixer, swiglu ffn, RoPE, no learned positions) "
                           "converts to LlamaForCausalLM")
     transformers = _transformers()
     return transformers.LlamaConfig(

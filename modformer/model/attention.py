@@ -1,4 +1,5 @@
-"""Multi-head causal self-attention (the standard mixer)."""
+"""Multi-head self-attention (the standard mixer): causal by default, bidirectional with
+`model.attention.causal=false`."""
 
 from __future__ import annotations
 
@@ -81,4 +82,5 @@ class SelfAttention(nn.Module):
 @MIXERS.register("attention")
 def build_attention(cfg: ModelConfig) -> SelfAttention:
     rope = RotaryEmbedding(cfg.head_dim, cfg.max_seq_len, cfg.rope_theta) if cfg.rope else None
-    return SelfAttention(cfg.d_model, cfg.n_heads, cfg.n_kv_heads, bias=cfg.attn_bias, rope=rope)
+    return SelfAttention(cfg.d_model, cfg.n_heads, cfg.n_kv_heads, bias=cfg.attn_bias, rope=rope,
+                         causal=cfg.attention.causal)

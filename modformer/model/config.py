@@ -26,6 +26,14 @@ class MixingConfig:
 
 
 @dataclass
+class AttentionConfig:
+    """Options of the `attention` mixer."""
+
+    causal: bool = option(True, "causal mask (a decoder); false: every position attends to every other, as the "
+                                "random-attention paper's bidirectional classifier does (no key-value cache then)")
+
+
+@dataclass
 class ModelConfig:
     variant: str = option("standard", "registered variant: a builder plus a freeze specification (`modformer list`)")
     mixer: str = option("attention", "sequence mixer of every block, by registered name")
@@ -46,6 +54,7 @@ class ModelConfig:
     residual_scale: float = option(1.0, "factor on each residual branch (the MixiT reference uses sqrt(0.5) = 0.7071)")
     tie_embeddings: bool = option(False, "share the token embedding with the output head")
     init_std: float = option(0.02, "std of the normal init of linear and embedding weights")
+    attention: AttentionConfig = option(default_factory=AttentionConfig, help="options of the attention mixer")
     mixing: MixingConfig = option(default_factory=MixingConfig, help="options of the mixing (MixiT) mixer")
     knowledge: KnowledgeConfig = option(default_factory=KnowledgeConfig,
                                         help="the shared knowledge base and its readers (the knowledge variant)")

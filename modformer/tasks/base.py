@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -139,6 +140,10 @@ class Task:
                 slice_rows.setdefault(k, []).append(v[fresh])
             have += int(fresh.sum())
         return self.to_batch(np.concatenate(rows), {k: np.concatenate(v) for k, v in slice_rows.items()})
+
+    def save(self, run_dir: Path) -> None:
+        """Write what a run directory needs besides its config to be used later (a text
+        task's tokenizer); nothing for generated tasks."""
 
     def model_metrics(self, metrics: dict, parameters: dict[str, int]) -> dict[str, float]:
         """Metrics that need the model's size as well as its held-out metrics (such as

@@ -116,6 +116,7 @@ class Trainer:
         except OSError as e:
             raise ModformerError(f"cannot write to output folder {self.run_dir}: {e.strerror or e}") from None
         atomic_write_text(saved, self.cfg.to_yaml())
+        self.task.save(self.run_dir)
         # run.json keeps one entry per start, so a resumed run still shows how it began.
         info_path = self.run_dir / "run.json"
         starts = json.loads(info_path.read_text()).get("starts", []) if self.resume and info_path.exists() else []
@@ -192,6 +193,9 @@ class Trainer:
             load_model_state(self.model, {k: v.to(self.device) for k, v in read_checkpoint(source).model.items()},
                              source)
         self.world.share(tc.batch_size)  # a batch that does not split is refused before anything is written
+        # The held-out sets are drawn before timing starts, and before the run directory: data
+        # that cannot be read (a text source offline, say) leaves no run behind.
+        self.task.test_set()
         # Only now: a bad init_from (missing, foreign, of another shape) must leave no run behind.
         # Rank 0 prepares the run directory; if it cannot, every rank stops with its message.
         problem = None
@@ -215,7 +219,6 @@ class Trainer:
             self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
         if start > tc.steps:
             raise ModformerError(f"{self.run_dir} is already at step {start}, past train.steps={tc.steps}")
-        self.task.test_set()  # the held-out sets are drawn before timing starts
         self.window_tokens, self.window_start, self.tokens_per_s = 0, time.perf_counter(), 0.0
         return start
 
