@@ -75,7 +75,12 @@ def test_every_shipped_config_loads(path):
     every run config is built and checked."""
     from modformer.sweep.spec import load_sweep
 
-    if "sweep" in yaml.safe_load(Path(path).read_text()):
+    data = yaml.safe_load(Path(path).read_text())
+    if "arms" in data:  # an LLM-Modules experiment
+        from modformer.bridge.modules_config import load_modules_config
+
+        load_modules_config(path)
+    elif "sweep" in data:
         sweep = load_sweep(path)
         for run in sweep.runs():
             assert run.config.model.variant in sweep.spec.variants
