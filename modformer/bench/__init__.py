@@ -1,6 +1,9 @@
 """Benchmarks that compare side by side in one process (ratios, not absolute timings).
 
 `modformer bench knowledge`: a knowledge layer against the FFN it folds into.
+`modformer bench llama`: training throughput, MFU and peak memory of our models against
+Hugging Face Llama (optionally with activation checkpointing and torch.compile).
+`modformer bench scaling`: the same as width, depth and sequence length grow.
 """
 
 from .command import add_bench_command

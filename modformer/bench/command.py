@@ -49,7 +49,8 @@ def _llama(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     rows = llama_throughput(d_model=args.width, n_layers=args.layers, n_heads=args.heads, batch=args.batch,
                             seq_len=args.seq, precisions=tuple(args.precision), variants=tuple(args.variants),
-                            hf=not args.no_hf, repeats=args.repeats)
+                            hf=not args.no_hf, checkpointing=args.checkpointing, compiled=args.compile,
+                            repeats=args.repeats)
     text = llama_markdown(rows, args.threads)
     print(text)
     _write(args.out, "llama_throughput", "Training throughput against Hugging Face Llama", text, rows)
@@ -66,7 +67,8 @@ def _scaling(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     base = {"d_model": args.width, "n_layers": args.layers, "n_heads": args.heads, "batch": args.batch,
             "seq_len": args.seq}
-    points = scaling(values, base=base, precision=args.precision, repeats=args.repeats)
+    points = scaling(values, base=base, precision=args.precision, checkpointing=args.checkpointing,
+                     repeats=args.repeats)
     text = (f"torch {torch.__version__}, {args.threads} thread(s), CPU, {args.precision}; base shape: width "
             f"{args.width}, {args.layers} layers, {args.heads} heads, batch {args.batch} x {args.seq}; one axis "
             f"moves at a time.\n\n" + scaling_markdown(points))
@@ -105,10 +107,11 @@ def add_bench_command(subparsers: argparse._SubParsersAction) -> argparse.Argume
     k.set_defaults(func=_knowledge)
 
     ll = suites.add_parser(
-        "llama", help="training throughput of our models against Hugging Face LlamaForCausalLM, and MFU",
+        "llama", help="training throughput of our models against Hugging Face LlamaForCausalLM, MFU and peak memory",
         description="Time training steps (forward, backward, fused AdamW) of our standard model, the same weights "
                     "in transformers' LlamaForCausalLM, and our Frozen-QK and MixiT variants, interleaved in one "
-                    "process, per precision; print tokens/s, ratios and MFU against a matmul peak measured here.")
+                    "process, per precision; print tokens/s, ratios and MFU against a matmul peak measured here, "
+                    "and each contender's peak memory in one training step.")
     ll.add_argument("--width", type=int, default=256, help="d_model (default: 256)")
     ll.add_argument("--layers", type=int, default=4, help="blocks (default: 4)")
     ll.add_argument("--heads", type=int, default=4, help="attention heads (default: 4)")
@@ -118,14 +121,20 @@ def add_bench_command(subparsers: argparse._SubParsersAction) -> argparse.Argume
                     help="precisions to time (default: both)")
     ll.add_argument("--variants", nargs="*", default=["frozen_qk", "mixit"], help="our variants to add")
     ll.add_argument("--no-hf", action="store_true", help="leave out transformers' Llama")
+    ll.add_argument("--checkpointing", action="store_true",
+                    help="add our standard model with activation checkpointing (memory saved, time it costs)")
+    ll.add_argument("--compile", action="store_true",
+                    help="add our standard model under torch.compile (compiles in the warm-up: about a minute)")
     ll.add_argument("--repeats", type=int, default=5, help="timed steps per contender (default: 5)")
     ll.add_argument("--threads", type=int, default=torch.get_num_threads(), help="CPU threads (default: torch's)")
     ll.add_argument("--out", help="folder for llama_throughput.md and .json")
     ll.set_defaults(func=_llama)
 
-    sc = suites.add_parser("scaling", help="training tokens/s of every contender as width, depth and length grow",
+    sc = suites.add_parser("scaling", help="training tokens/s and peak memory of every contender as width, depth "
+                                           "and length grow",
                            description="Move one of width, depth and sequence length at a time away from a base shape "
-                                       "and time the `llama` suite's contenders at each point; table and plot.")
+                                       "and time the `llama` suite's contenders at each point, and measure their peak "
+                                       "memory in a training step; table and plot.")
     sc.add_argument("--widths", nargs="*", type=int, default=[128, 256, 512], help="widths (default: 128 256 512)")
     sc.add_argument("--depths", nargs="*", type=int, default=[2, 4, 8], help="depths (default: 2 4 8)")
     sc.add_argument("--seqs", nargs="*", type=int, default=[128, 256, 512], help="lengths (default: 128 256 512)")
@@ -135,8 +144,11 @@ def add_bench_command(subparsers: argparse._SubParsersAction) -> argparse.Argume
     sc.add_argument("--batch", type=int, default=8, help="sequences per step (default: 8)")
     sc.add_argument("--seq", type=int, default=256, help="base length (default: 256)")
     sc.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="precision (default: fp32)")
+    sc.add_argument("--checkpointing", action="store_true",
+                    help="add our standard model with activation checkpointing")
     sc.add_argument("--repeats", type=int, default=3, help="timed steps per contender and point (default: 3)")
     sc.add_argument("--threads", type=int, default=torch.get_num_threads(), help="CPU threads (default: torch's)")
     sc.add_argument("--out", help="folder for scaling.md, scaling.json and scaling.png")
     sc.set_defaults(func=_scaling)
+
     return p
