@@ -106,3 +106,22 @@ def test_scaling_command(tmp_path):
     assert (tmp_path / "scaling.png").stat().st_size > 0 and "| seq | 8 |" in (tmp_path / "scaling.md").read_text()
     assert_clean_error(modformer("bench", "scaling", "--widths", "30", "--heads", "4"), "--widths")
 
+
+def test_the_teacher_cache_runs_the_teacher_in_the_first_epoch_only():
+    from modformer.bench.teacher_cache import teacher_cache_epochs
+
+    rows, facts = teacher_cache_epochs(d_model=16, n_layers=1, n_heads=2, vocab_size=32, rows=10, seq_len=8, batch=4,
+                                       epochs=3)
+    assert facts["batches"] == 3 and facts["cache_bytes"] > 4 * 16 * facts["tokens"]
+    assert [(r.no_cache_calls, r.cache_calls) for r in rows] == [(3, 3), (3, 0), (3, 0)]  # a second build: 0 calls
+
+
+def test_teacher_cache_command(tmp_path):
+    result = modformer("bench", "teacher-cache", "--width", "16", "--layers", "1", "--heads", "2", "--rows", "6",
+                       "--seq", "8", "--batch", "4", "--epochs", "2", "--dtype", "bf16", "--threads", "1",
+                       "--out", tmp_path)
+    assert result.returncode == 0, result.stderr
+    rows = json.loads((tmp_path / "teacher_cache.json").read_text())
+    assert [(r["epoch"], r["no_cache_calls"], r["cache_calls"]) for r in rows] == [(1, 2, 2), (2, 2, 0)]
+    assert all(r["ratio"] > 0 for r in rows) and "| 2 | 2 |" in result.stdout
+    assert_clean_error(modformer("bench", "teacher-cache", "--rows", "0"), "sizes must be positive")

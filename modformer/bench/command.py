@@ -17,6 +17,8 @@ from .llama import markdown as llama_markdown
 from .scaling import markdown as scaling_markdown
 from .scaling import plot as scaling_plot
 from .scaling import scaling
+from .teacher_cache import markdown as teacher_cache_markdown
+from .teacher_cache import teacher_cache_epochs
 
 
 def _knowledge(args: argparse.Namespace) -> int:
@@ -77,6 +79,21 @@ def _scaling(args: argparse.Namespace) -> int:
            [row for _, _, row in points])
     if args.out:
         scaling_plot(points, Path(args.out) / "scaling.png")
+    return 0
+
+
+def _teacher_cache(args: argparse.Namespace) -> int:
+    if min(args.width, args.layers, args.heads, args.rows, args.seq, args.batch, args.epochs, args.threads) < 1 \
+            or args.width % args.heads or (args.width // args.heads) % 2:
+        raise ModformerError("sizes must be positive, --heads must divide --width into even head widths")
+    torch.set_num_threads(args.threads)
+    rows, facts = teacher_cache_epochs(d_model=args.width, n_layers=args.layers, n_heads=args.heads, rows=args.rows,
+                                       seq_len=args.seq, batch=args.batch, epochs=args.epochs, dtype=args.dtype,
+                                       hf=args.hf)
+    text = teacher_cache_markdown(rows, facts, args.threads)
+    print(text)
+    _write(args.out, "teacher_cache", "Teacher forward passes and time per epoch, with and without the teacher-state "
+                                      "cache", text, rows)
     return 0
 
 
@@ -151,4 +168,22 @@ def add_bench_command(subparsers: argparse._SubParsersAction) -> argparse.Argume
     sc.add_argument("--out", help="folder for scaling.md, scaling.json and scaling.png")
     sc.set_defaults(func=_scaling)
 
+    tc = suites.add_parser(
+        "teacher-cache", help="teacher forward passes and time per epoch, with and without the teacher-state cache",
+        description="Read a tiny random teacher's last-layer states over random token rows for several epochs, "
+                    "each epoch once running the teacher on every batch and once through the teacher-state cache "
+                    "(built in epoch 1, read after); count teacher forward passes (a forward hook) and time each "
+                    "epoch.")
+    tc.add_argument("--width", type=int, default=256, help="teacher d_model (default: 256)")
+    tc.add_argument("--layers", type=int, default=4, help="teacher blocks (default: 4)")
+    tc.add_argument("--heads", type=int, default=4, help="teacher heads (default: 4)")
+    tc.add_argument("--rows", type=int, default=256, help="token rows per epoch (default: 256)")
+    tc.add_argument("--seq", type=int, default=128, help="longest row; lengths are drawn from seq/2 to seq (default: 128)")
+    tc.add_argument("--batch", type=int, default=16, help="rows per teacher forward pass and per read (default: 16)")
+    tc.add_argument("--epochs", type=int, default=3, help="epochs (default: 3)")
+    tc.add_argument("--dtype", choices=["float32", "bf16"], default="float32", help="cache dtype (default: float32)")
+    tc.add_argument("--hf", action="store_true", help="the teacher is transformers' LlamaForCausalLM (same weights)")
+    tc.add_argument("--threads", type=int, default=torch.get_num_threads(), help="CPU threads (default: torch's)")
+    tc.add_argument("--out", help="folder for teacher_cache.md and .json")
+    tc.set_defaults(func=_teacher_cache)
     return p
