@@ -75,7 +75,7 @@ def _scaling(args: argparse.Namespace) -> int:
             f"{args.width}, {args.layers} layers, {args.heads} heads, batch {args.batch} x {args.seq}; one axis "
             f"moves at a time.\n\n" + scaling_markdown(points))
     print(text)
-    _write(args.out, "scaling", "Training throughput as the model grows", text + "\n![scaling](scaling.png)\n",
+    _write(args.out, "scaling", "Training throughput and peak memory as the model grows", text + "\n![scaling](scaling.png)\n",
            [row for _, _, row in points])
     if args.out:
         scaling_plot(points, Path(args.out) / "scaling.png")
@@ -141,7 +141,7 @@ def add_bench_command(subparsers: argparse._SubParsersAction) -> argparse.Argume
     ll.add_argument("--checkpointing", action="store_true",
                     help="add our standard model with activation checkpointing (memory saved, time it costs)")
     ll.add_argument("--compile", action="store_true",
-                    help="add our standard model under torch.compile (compiles in the warm-up: about a minute)")
+                    help="add our standard model under torch.compile (compiled in the untimed warm-up steps)")
     ll.add_argument("--repeats", type=int, default=5, help="timed steps per contender (default: 5)")
     ll.add_argument("--threads", type=int, default=torch.get_num_threads(), help="CPU threads (default: torch's)")
     ll.add_argument("--out", help="folder for llama_throughput.md and .json")
