@@ -21,7 +21,10 @@ class Transformer(nn.Module):
     `activation_checkpointing` (off; the trainer sets it from train.activation_checkpointing)
     keeps only each block's input for backward and runs the block's forward again there,
     whenever gradients are being recorded: less memory for about one more forward pass, the
-    same gradients. It is not part of the weights or their names.
+    same gradients. It is not part of the weights or their names. Hooks inside a block run
+    again in the recomputation and must give the same result there; `BridgedStudent`'s
+    bridges do not (they read teacher states set for the forward call only), and torch
+    stops the backward with a CheckpointError.
     """
 
     def __init__(self, vocab_size: int, d_model: int, blocks: list[Block], *, norm_eps: float = 1e-5,
