@@ -1,10 +1,18 @@
-"""Benchmarks: the interleaved timer and the knowledge-cost suite on tiny shapes (no timing asserted
-beyond what cannot be noise)."""
+"""Benchmarks: the interleaved timer, the memory count and every suite on tiny shapes (no timing
+asserted beyond what cannot be noise)."""
 
 import json
 import time
 
+import torch
+import torch.nn.functional as F
+
+from modformer.bench.memory import LiveTensorBytes, live_state, peak_step_memory
 from modformer.bench.timing import time_interleaved
+from modformer.model.config import ModelConfig
+from modformer.train.config import TrainConfig
+from modformer.train.optim import build_optimizer
+from modformer.variants import build_model
 
 from test_checkpoint_cli import assert_clean_error, modformer
 
@@ -15,6 +23,44 @@ def test_interleaved_timer_runs_contenders_in_turn_and_reports_medians():
                           "fast": lambda: calls.append("fast")}, repeats=3, warmup=1)
     assert calls == ["slow", "fast"] + ["slow", "fast", "fast", "slow", "slow", "fast"]
     assert t["slow"] >= 0.02 > t["fast"]
+
+
+def test_live_tensor_bytes_counts_each_storage_once_until_it_is_freed():
+    held = torch.zeros(100)  # 400 bytes, alive before
+    with LiveTensorBytes([held, held.view(10, 10)]) as m:
+        a = torch.empty(1000)
+        views = [a.view(10, 100).t(), a[:10]]  # no new storage
+        b = torch.empty(2000)
+        assert m.now == m.peak == 400 + 4000 + 8000
+        del a, views
+        c = torch.ones(500, dtype=torch.float64)
+        held.add_(1)  # in place: nothing new
+    assert (m.now, m.peak) == (400 + 8000 + 4000, 12400)
+    del b, c  # freed after the count ended: it no longer listens
+
+
+def test_peak_memory_of_a_training_step_and_what_checkpointing_saves():
+    cfg = ModelConfig(vocab_size=64, d_model=32, n_layers=4, n_heads=2, max_seq_len=64)
+    tokens = torch.randint(0, 64, (4, 64), generator=torch.Generator().manual_seed(0))
+    peaks = []
+    for checkpointing in (False, True):
+        model = build_model(cfg, seed=0)
+        model.activation_checkpointing = checkpointing
+        optimizer = build_optimizer(model, TrainConfig())
+
+        def step():
+            optimizer.zero_grad(set_to_none=True)
+            F.cross_entropy(model(tokens).flatten(0, 1), tokens.flatten()).backward()
+            optimizer.step()
+
+        step()  # the optimizer state exists from here on
+        params = sum(p.numel() * 4 for p in model.parameters())
+        peak = peak_step_memory(step, tokens.device, live_state(model, optimizer, tokens))
+        # Alive throughout: weights, two Adam moments, last step's gradients (freed at the start) or this
+        # step's; on top: activations and the (4, 64, 64) logits at least.
+        assert peak > 4 * params + 4 * 64 * 64 * 4
+        peaks.append(peak)
+    assert peaks[1] < peaks[0]  # only block inputs kept through the forward
 
 
 def test_knowledge_cost_command(tmp_path):
@@ -34,13 +80,16 @@ def test_llama_throughput_command(tmp_path):
     pytest = __import__("pytest")
     pytest.importorskip("transformers")
     result = modformer("bench", "llama", "--width", "32", "--layers", "1", "--heads", "2", "--batch", "2", "--seq", "16",
-                       "--repeats", "1", "--threads", "1", "--precision", "fp32", "--out", tmp_path)
+                       "--repeats", "1", "--threads", "1", "--precision", "fp32", "--checkpointing", "--out", tmp_path)
     assert result.returncode == 0, result.stderr
     rows = json.loads((tmp_path / "llama_throughput.json").read_text())
     names = [r["contender"] for r in rows]
-    assert names == ["modformer standard", "transformers LlamaForCausalLM", "modformer frozen_qk", "modformer mixit",
-                     "matmul peak (GFLOP/s)"]
+    assert names == ["modformer standard", "transformers LlamaForCausalLM", "modformer standard, checkpointed",
+                     "modformer frozen_qk", "modformer mixit", "matmul peak (GFLOP/s)"]
     assert all(r["tokens_per_s"] > 0 for r in rows) and 0 < rows[0]["mfu"] < 1
+    assert all(r["peak_mib"] > 0 for r in rows[:-1]) and rows[-1]["peak_mib"] is None
+    assert rows[2]["peak_mib"] < rows[0]["peak_mib"]  # checkpointing keeps less
+    assert "| peak MiB |" in result.stdout
     assert_clean_error(modformer("bench", "llama", "--heads", "3"), "--heads")
 
 
@@ -52,5 +101,27 @@ def test_scaling_command(tmp_path):
     assert result.returncode == 0, result.stderr
     rows = json.loads((tmp_path / "scaling.json").read_text())
     assert len(rows) == 3 * 4  # 3 points (2 widths, 1 length) x 4 contenders
+    assert all(r["peak_mib"] > 0 for r in rows)
+    assert rows[4]["peak_mib"] > rows[0]["peak_mib"]  # width 32 holds more than width 16 (standard model)
     assert (tmp_path / "scaling.png").stat().st_size > 0 and "| seq | 8 |" in (tmp_path / "scaling.md").read_text()
     assert_clean_error(modformer("bench", "scaling", "--widths", "30", "--heads", "4"), "--widths")
+
+
+def test_the_teacher_cache_runs_the_teacher_in_the_first_epoch_only():
+    from modformer.bench.teacher_cache import teacher_cache_epochs
+
+    rows, facts = teacher_cache_epochs(d_model=16, n_layers=1, n_heads=2, vocab_size=32, rows=10, seq_len=8, batch=4,
+                                       epochs=3)
+    assert facts["batches"] == 3 and facts["cache_bytes"] > 4 * 16 * facts["tokens"]
+    assert [(r.no_cache_calls, r.cache_calls) for r in rows] == [(3, 3), (3, 0), (3, 0)]  # a second build: 0 calls
+
+
+def test_teacher_cache_command(tmp_path):
+    result = modformer("bench", "teacher-cache", "--width", "16", "--layers", "1", "--heads", "2", "--rows", "6",
+                       "--seq", "8", "--batch", "4", "--epochs", "2", "--dtype", "bf16", "--threads", "1",
+                       "--out", tmp_path)
+    assert result.returncode == 0, result.stderr
+    rows = json.loads((tmp_path / "teacher_cache.json").read_text())
+    assert [(r["epoch"], r["no_cache_calls"], r["cache_calls"]) for r in rows] == [(1, 2, 2), (2, 2, 0)]
+    assert all(r["ratio"] > 0 for r in rows) and "| 2 | 2 |" in result.stdout
+    assert_clean_error(modformer("bench", "teacher-cache", "--rows", "0"), "sizes must be positive")

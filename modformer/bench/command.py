@@ -19,6 +19,8 @@ from .llama import markdown as llama_markdown
 from .scaling import markdown as scaling_markdown
 from .scaling import plot as scaling_plot
 from .scaling import scaling
+from .teacher_cache import markdown as teacher_cache_markdown
+from .teacher_cache import teacher_cache_epochs
 
 
 def _knowledge(args: argparse.Namespace) -> int:
@@ -51,7 +53,8 @@ def _llama(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     rows = llama_throughput(d_model=args.width, n_layers=args.layers, n_heads=args.heads, batch=args.batch,
                             seq_len=args.seq, precisions=tuple(args.precision), variants=tuple(args.variants),
-                            hf=not args.no_hf, repeats=args.repeats)
+                            hf=not args.no_hf, checkpointing=args.checkpointing, compiled=args.compile,
+                            repeats=args.repeats)
     text = llama_markdown(rows, args.threads)
     print(text)
     _write(args.out, "llama_throughput", "Training throughput against Hugging Face Llama", text, rows)
@@ -68,12 +71,13 @@ def _scaling(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     base = {"d_model": args.width, "n_layers": args.layers, "n_heads": args.heads, "batch": args.batch,
             "seq_len": args.seq}
-    points = scaling(values, base=base, precision=args.precision, repeats=args.repeats)
+    points = scaling(values, base=base, precision=args.precision, checkpointing=args.checkpointing,
+                     repeats=args.repeats)
     text = (f"torch {torch.__version__}, {args.threads} thread(s), CPU, {args.precision}; base shape: width "
             f"{args.width}, {args.layers} layers, {args.heads} heads, batch {args.batch} x {args.seq}; one axis "
             f"moves at a time.\n\n" + scaling_markdown(points))
     print(text)
-    _write(args.out, "scaling", "Training throughput as the model grows", text + "\n![scaling](scaling.png)\n",
+    _write(args.out, "scaling", "Training throughput and peak memory as the model grows", text + "\n![scaling](scaling.png)\n",
            [row for _, _, row in points])
     if args.out:
         scaling_plot(points, Path(args.out) / "scaling.png")
@@ -89,6 +93,21 @@ def _data(args: argparse.Namespace) -> int:
     text = data_markdown(rows, args.threads)
     print(text)
     _write(args.out, "data_throughput", "Data loading against training", text, rows)
+    return 0
+
+
+def _teacher_cache(args: argparse.Namespace) -> int:
+    if min(args.width, args.layers, args.heads, args.rows, args.seq, args.batch, args.epochs, args.threads) < 1 \
+            or args.width % args.heads or (args.width // args.heads) % 2:
+        raise ModformerError("sizes must be positive, --heads must divide --width into even head widths")
+    torch.set_num_threads(args.threads)
+    rows, facts = teacher_cache_epochs(d_model=args.width, n_layers=args.layers, n_heads=args.heads, rows=args.rows,
+                                       seq_len=args.seq, batch=args.batch, epochs=args.epochs, dtype=args.dtype,
+                                       hf=args.hf)
+    text = teacher_cache_markdown(rows, facts, args.threads)
+    print(text)
+    _write(args.out, "teacher_cache", "Teacher forward passes and time per epoch, with and without the teacher-state "
+                                      "cache", text, rows)
     return 0
 
 
@@ -119,10 +138,11 @@ def add_bench_command(subparsers: argparse._SubParsersAction) -> argparse.Argume
     k.set_defaults(func=_knowledge)
 
     ll = suites.add_parser(
-        "llama", help="training throughput of our models against Hugging Face LlamaForCausalLM, and MFU",
+        "llama", help="training throughput of our models against Hugging Face LlamaForCausalLM, MFU and peak memory",
         description="Time training steps (forward, backward, fused AdamW) of our standard model, the same weights "
                     "in transformers' LlamaForCausalLM, and our Frozen-QK and MixiT variants, interleaved in one "
-                    "process, per precision; print tokens/s, ratios and MFU against a matmul peak measured here.")
+                    "process, per precision; print tokens/s, ratios and MFU against a matmul peak measured here, "
+                    "and each contender's peak memory in one training step.")
     ll.add_argument("--width", type=int, default=256, help="d_model (default: 256)")
     ll.add_argument("--layers", type=int, default=4, help="blocks (default: 4)")
     ll.add_argument("--heads", type=int, default=4, help="attention heads (default: 4)")
@@ -132,14 +152,20 @@ def add_bench_command(subparsers: argparse._SubParsersAction) -> argparse.Argume
                     help="precisions to time (default: both)")
     ll.add_argument("--variants", nargs="*", default=["frozen_qk", "mixit"], help="our variants to add")
     ll.add_argument("--no-hf", action="store_true", help="leave out transformers' Llama")
+    ll.add_argument("--checkpointing", action="store_true",
+                    help="add our standard model with activation checkpointing (memory saved, time it costs)")
+    ll.add_argument("--compile", action="store_true",
+                    help="add our standard model under torch.compile (compiled in the untimed warm-up steps)")
     ll.add_argument("--repeats", type=int, default=5, help="timed steps per contender (default: 5)")
     ll.add_argument("--threads", type=int, default=torch.get_num_threads(), help="CPU threads (default: torch's)")
     ll.add_argument("--out", help="folder for llama_throughput.md and .json")
     ll.set_defaults(func=_llama)
 
-    sc = suites.add_parser("scaling", help="training tokens/s of every contender as width, depth and length grow",
+    sc = suites.add_parser("scaling", help="training tokens/s and peak memory of every contender as width, depth "
+                                           "and length grow",
                            description="Move one of width, depth and sequence length at a time away from a base shape "
-                                       "and time the `llama` suite's contenders at each point; table and plot.")
+                                       "and time the `llama` suite's contenders at each point, and measure their peak "
+                                       "memory in a training step; table and plot.")
     sc.add_argument("--widths", nargs="*", type=int, default=[128, 256, 512], help="widths (default: 128 256 512)")
     sc.add_argument("--depths", nargs="*", type=int, default=[2, 4, 8], help="depths (default: 2 4 8)")
     sc.add_argument("--seqs", nargs="*", type=int, default=[128, 256, 512], help="lengths (default: 128 256 512)")
@@ -149,6 +175,8 @@ def add_bench_command(subparsers: argparse._SubParsersAction) -> argparse.Argume
     sc.add_argument("--batch", type=int, default=8, help="sequences per step (default: 8)")
     sc.add_argument("--seq", type=int, default=256, help="base length (default: 256)")
     sc.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="precision (default: fp32)")
+    sc.add_argument("--checkpointing", action="store_true",
+                    help="add our standard model with activation checkpointing")
     sc.add_argument("--repeats", type=int, default=3, help="timed steps per contender and point (default: 3)")
     sc.add_argument("--threads", type=int, default=torch.get_num_threads(), help="CPU threads (default: torch's)")
     sc.add_argument("--out", help="folder for scaling.md, scaling.json and scaling.png")
@@ -166,4 +194,23 @@ def add_bench_command(subparsers: argparse._SubParsersAction) -> argparse.Argume
     da.add_argument("--threads", type=int, default=torch.get_num_threads(), help="CPU threads (default: torch's)")
     da.add_argument("--out", help="folder for data_throughput.md and .json")
     da.set_defaults(func=_data)
+
+    tc = suites.add_parser(
+        "teacher-cache", help="teacher forward passes and time per epoch, with and without the teacher-state cache",
+        description="Read a tiny random teacher's last-layer states over random token rows for several epochs, "
+                    "each epoch once running the teacher on every batch and once through the teacher-state cache "
+                    "(built in epoch 1, read after); count teacher forward passes (a forward hook) and time each "
+                    "epoch.")
+    tc.add_argument("--width", type=int, default=256, help="teacher d_model (default: 256)")
+    tc.add_argument("--layers", type=int, default=4, help="teacher blocks (default: 4)")
+    tc.add_argument("--heads", type=int, default=4, help="teacher heads (default: 4)")
+    tc.add_argument("--rows", type=int, default=256, help="token rows per epoch (default: 256)")
+    tc.add_argument("--seq", type=int, default=128, help="longest row; lengths are drawn from seq/2 to seq (default: 128)")
+    tc.add_argument("--batch", type=int, default=16, help="rows per teacher forward pass and per read (default: 16)")
+    tc.add_argument("--epochs", type=int, default=3, help="epochs (default: 3)")
+    tc.add_argument("--dtype", choices=["float32", "bf16"], default="float32", help="cache dtype (default: float32)")
+    tc.add_argument("--hf", action="store_true", help="the teacher is transformers' LlamaForCausalLM (same weights)")
+    tc.add_argument("--threads", type=int, default=torch.get_num_threads(), help="CPU threads (default: torch's)")
+    tc.add_argument("--out", help="folder for teacher_cache.md and .json")
+    tc.set_defaults(func=_teacher_cache)
     return p

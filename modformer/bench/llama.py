@@ -8,6 +8,13 @@ utilisation uses the standard model's training FLOPs per token, 6 N + 12 L T d (
 parameters of the blocks and head; the second term is attention's scores and mixing),
 against the machine's matrix-multiply peak measured by `matmul_peak` in the same run, so
 the variants' MFU shows how much of the standard model's work per second they match.
+
+After the timing, one more step of each contender is measured for peak memory
+(`peak_step_memory`: the most bytes tensors hold at once during the step, parameters,
+gradients, optimizer state and activations included). Optional contenders: the standard
+model with activation checkpointing (its recomputation is not counted as useful FLOPs, so
+its MFU shows the cost) and the standard model under `torch.compile` (compiled during the
+untimed warm-up steps).
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from ..model.config import ModelConfig
 from ..train.config import TrainConfig
 from ..train.optim import build_optimizer
 from ..variants import build_model
+from .memory import live_state, peak_step_memory
 from .timing import time_interleaved
 
 
@@ -36,6 +44,7 @@ class ThroughputRow:
     step_ms: float
     tokens_per_s: float
     mfu: float  # of the measured matmul peak, with the standard model's FLOPs per token
+    peak_mib: float | None  # peak tensor memory of a training step (`peak_step_memory`); None: not measurable
 
 
 def matmul_peak(precision: str, size: int = 2048, repeats: int = 5) -> float:
@@ -58,56 +67,81 @@ def training_flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
     return 6 * matrix_params + 12 * L * seq_len * d
 
 
-def _step(model: nn.Module, tokens: torch.Tensor, precision: str, logits_of: Callable) -> Callable[[], None]:
+def _step(model: nn.Module, tokens: torch.Tensor, precision: str, logits_of: Callable,
+          compiled: bool = False) -> tuple[Callable[[], None], Callable[[], float | None]]:
+    """(one training step, a measurement of its peak memory in MiB)."""
     optimizer = build_optimizer(model, TrainConfig(lr=1e-4))
+    forward = torch.compile(model) if compiled else model
 
     def step() -> None:
-        with autocast(tokens.device, precision):
-            logits = logits_of(model(tokens))
-        loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), tokens[:, 1:].flatten())
+        # First: the previous step's gradients are not held through this step's forward.
         optimizer.zero_grad(set_to_none=True)
+        with autocast(tokens.device, precision):
+            logits = logits_of(forward(tokens))
+        loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), tokens[:, 1:].flatten())
         loss.backward()
         optimizer.step()
-    return step
+
+    def memory() -> float | None:
+        if compiled and tokens.device.type != "cuda":
+            return None  # the CPU count would see the eager model run in its place (memory.py)
+        return peak_step_memory(step, tokens.device, live_state(model, optimizer, tokens)) / 2 ** 20
+    return step, memory
 
 
 def llama_throughput(*, d_model: int = 256, n_layers: int = 4, n_heads: int = 4, vocab_size: int = 512,
                      batch: int = 16, seq_len: int = 256, precisions: tuple[str, ...] = ("fp32", "bf16"),
-                     variants: tuple[str, ...] = ("frozen_qk", "mixit"), hf: bool = True,
-                     repeats: int = 5) -> list[ThroughputRow]:
+                     variants: tuple[str, ...] = ("frozen_qk", "mixit"), hf: bool = True, checkpointing: bool = False,
+                     compiled: bool = False, repeats: int = 5) -> list[ThroughputRow]:
     cfg = ModelConfig(vocab_size=vocab_size, d_model=d_model, n_layers=n_layers, n_heads=n_heads, max_seq_len=seq_len)
     tokens = torch.randint(0, vocab_size, (batch, seq_len), generator=torch.Generator().manual_seed(0))
     ours = build_model(cfg, seed=0)
-    contenders = {"modformer standard": (ours, lambda out: out)}
+    contenders = {"modformer standard": (ours, lambda out: out, False)}
     if hf:
         from ..interop.hf_llama import to_hf_llama
-        contenders["transformers LlamaForCausalLM"] = (to_hf_llama(ours, cfg).train(), lambda out: out.logits)
+        contenders["transformers LlamaForCausalLM"] = (to_hf_llama(ours, cfg).train(), lambda out: out.logits, False)
+    if checkpointing:
+        recomputing = build_model(cfg, seed=0)
+        recomputing.activation_checkpointing = True
+        contenders["modformer standard, checkpointed"] = (recomputing, lambda out: out, False)
+    if compiled:
+        contenders["modformer standard, compiled"] = (build_model(cfg, seed=0), lambda out: out, True)
     for name in variants:
-        contenders[f"modformer {name}"] = (build_model(replace(cfg, variant=name), seed=0), lambda out: out)
+        contenders[f"modformer {name}"] = (build_model(replace(cfg, variant=name), seed=0), lambda out: out,
+                                              False)
     flops = training_flops_per_token(cfg, seq_len)
     rows = []
     for precision in precisions:
         peak = matmul_peak(precision)
-        steps = {name: _step(model, tokens, precision, logits_of) for name, (model, logits_of) in contenders.items()}
-        times = time_interleaved(steps, repeats=repeats, warmup=2)
+        steps = {name: _step(model, tokens, precision, logits_of, compiled=c)
+                 for name, (model, logits_of, c) in contenders.items()}
+        times = time_interleaved({name: step for name, (step, _) in steps.items()}, repeats=repeats, warmup=2)
         for name, seconds in times.items():
             rate = batch * seq_len / seconds
             rows.append(ThroughputRow(name, precision, f"{batch}x{seq_len}, d={d_model}, L={n_layers}",
-                                      1e3 * seconds, rate, rate * flops / peak))
-        rows.append(ThroughputRow("matmul peak (GFLOP/s)", precision, "2048^3", 0.0, peak / 1e9, 1.0))
+                                      1e3 * seconds, rate, rate * flops / peak, steps[name][1]()))
+        rows.append(ThroughputRow("matmul peak (GFLOP/s)", precision, "2048^3", 0.0, peak / 1e9, 1.0, None))
     return rows
 
 
+def mib(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:,.1f}"
+
+
 def markdown(rows: list[ThroughputRow], threads: int) -> str:
+    unmeasured = any(r.peak_mib is None for r in rows if not r.contender.startswith("matmul peak"))
     lines = [f"torch {torch.__version__}, {threads} thread(s), CPU. Median of interleaved training steps "
-             "(forward, backward, fused AdamW); ratio against our standard model at the same precision.", "",
-             "| contender | precision | batch x seq, sizes | step ms | tokens/s | ratio | MFU |",
-             "|---|---|---|---|---|---|---|"]
+             "(forward, backward, fused AdamW); ratio against our standard model at the same precision. Peak MiB: "
+             "the most memory tensors hold at once during one step (parameters, gradients, optimizer state, "
+             "activations, temporaries; see modformer/bench/memory.py)"
+             + ("; n/a: compiled code on the CPU, which that count cannot see." if unmeasured else "."), "",
+             "| contender | precision | batch x seq, sizes | step ms | tokens/s | ratio | MFU | peak MiB |",
+             "|---|---|---|---|---|---|---|---|"]
     base = {r.precision: r.tokens_per_s for r in rows if r.contender == "modformer standard"}
     for r in rows:
         if r.contender.startswith("matmul peak"):
-            lines.append(f"| {r.contender} | {r.precision} | {r.shape} | | {r.tokens_per_s:,.1f} | | |")
+            lines.append(f"| {r.contender} | {r.precision} | {r.shape} | | {r.tokens_per_s:,.1f} | | | |")
         else:
             lines.append(f"| {r.contender} | {r.precision} | {r.shape} | {r.step_ms:.1f} | {r.tokens_per_s:,.0f} | "
-                         f"{r.tokens_per_s / base[r.precision]:.3f} | {r.mfu:.1%} |")
+                         f"{r.tokens_per_s / base[r.precision]:.3f} | {r.mfu:.1%} | {mib(r.peak_mib)} |")
     return "\n".join(lines) + "\n"

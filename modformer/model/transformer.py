@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from .block import Block
 from .cache import KVCache
@@ -16,12 +17,21 @@ class Transformer(nn.Module):
     Parameter names: `embed`, `positions` (only with learned absolute positions),
     `blocks.{i}.{mixer,ffn,mixer_norm,ffn_norm}.*`, `norm`, `lm_head` (absent when tied to
     the embedding). Hook points: `embed_out` (B, T, d) and each block's own.
+
+    `activation_checkpointing` (off; the trainer sets it from train.activation_checkpointing)
+    keeps only each block's input for backward and runs the block's forward again there,
+    whenever gradients are being recorded: less memory for about one more forward pass, the
+    same gradients. It is not part of the weights or their names. Hooks inside a block run
+    again in the recomputation and must give the same result there; `BridgedStudent`'s
+    bridges do not (they read teacher states set for the forward call only), and torch
+    stops the backward with a CheckpointError.
     """
 
     def __init__(self, vocab_size: int, d_model: int, blocks: list[Block], *, norm_eps: float = 1e-5,
                  tie_embeddings: bool = False, max_positions: int | None = None, max_seq_len: int | None = None):
         super().__init__()
         self.max_seq_len = max_seq_len  # the longest input its parts were built for (None: no limit)
+        self.activation_checkpointing = False
         self.embed = nn.Embedding(vocab_size, d_model)
         self.positions = nn.Embedding(max_positions, d_model) if max_positions else None
         self.embed_out = HookPoint()
@@ -44,8 +54,14 @@ class Transformer(nn.Module):
                 raise ValueError(f"sequence length {end} exceeds model.max_seq_len={self.positions.num_embeddings}")
             x = x + self.positions.weight[offset:end]
         x = self.embed_out(x)
+        recompute = self.activation_checkpointing and cache is None and torch.is_grad_enabled()
         for i, block in enumerate(self.blocks):
-            x = block(x) if cache is None else block(x, cache.layer(i))
+            if cache is not None:
+                x = block(x, cache.layer(i))
+            elif recompute:  # non-reentrant: works with frozen blocks and inputs that need no grad
+                x = checkpoint(block, x, use_reentrant=False)
+            else:
+                x = block(x)
         if cache is not None:
             cache.length = offset + tokens.shape[1]
         return self.norm(x)

@@ -32,6 +32,13 @@ class TrainConfig:
         None, "a checkpoint file or run directory (its latest checkpoint) whose model weights start this run, "
               "frozen ones included (fine-tuning); the optimizer, schedule and step start afresh. In a sweep, "
               "{variant} and {seed} are replaced by the run's own")
+    activation_checkpointing: bool = option(
+        False, "keep only each block's input for backward and recompute the block's forward there "
+               "(torch.utils.checkpoint): one block's activations held at a time instead of every block's, for "
+               "about one more forward pass per step; the same gradients")
+    compile: bool = option(
+        False, "train through torch.compile of the model (the first step compiles: tens of seconds on a CPU); "
+               "checkpoints, evaluation and resumption use the plain model and its parameter names")
     induction_scores: bool = option(
         False, "at every validation evaluation, log each head's induction score (random tokens repeated twice) "
                "and plot them in induction.png")

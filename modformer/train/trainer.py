@@ -187,6 +187,7 @@ class Trainer:
             torch.set_num_threads(tc.threads)
         self.task = TASKS[cfg.task.name](cfg.task)
         self.model = build_model(cfg.model, tc.seed).to(self.device)
+        self.model.activation_checkpointing = tc.activation_checkpointing
         # A resumed run that has its own checkpoint never needs its source again (it may be gone).
         if tc.init_from is not None and not (self.resume and list_checkpoints(self.ckpt_dir)):
             source = checkpoint_file(Path(tc.init_from))
@@ -217,6 +218,8 @@ class Trainer:
         # DDP averages gradients in backward; evaluation and checkpoints use the plain model.
         self.step_model = self.model if self.world.size == 1 else torch.nn.parallel.DistributedDataParallel(
             self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+        if tc.compile:  # checkpoints and evaluation keep using the plain model (no `_orig_mod.` in names)
+            self.step_model = torch.compile(self.step_model)
         if start > tc.steps:
             raise ModformerError(f"{self.run_dir} is already at step {start}, past train.steps={tc.steps}")
         self.window_tokens, self.window_start, self.tokens_per_s = 0, time.perf_counter(), 0.0
