@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..analysis.common import evaluating
+from ..errors import TrainingDiverged
 from ..evaluate import autocast
 from ..model.config import ModelConfig
 from ..tasks.base import IGNORE
@@ -122,11 +123,10 @@ class ArmRun:
     def optimizer(self) -> torch.optim.AdamW:
         tc = self.cfg.train
         groups = []
-        for name, lr in (("bridges.", tc.bridge_lr), ("", tc.student_lr)):
-            params = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad and (
-                n.startswith("bridges.") == (name == "bridges."))]
-            for decay in (True, False):
-                chosen = [p for _, p in params if (p.ndim >= 2) == decay]
+        for bridge, lr in ((True, tc.bridge_lr), (False, tc.student_lr)):
+            params = [p for n, p in self.model.named_parameters() if p.requires_grad and n.startswith("bridges.") == bridge]
+            for decay in (True, False):  # decay matrices, never norms or biases
+                chosen = [p for p in params if (p.ndim >= 2) == decay]
                 if chosen:
                     groups.append({"params": chosen, "lr": lr, "base_lr": lr,
                                    "weight_decay": tc.weight_decay if decay else 0.0})
@@ -147,13 +147,15 @@ class ArmRun:
                 group["lr"] = group["base_lr"] * learning_rate(step, schedule)
             with autocast(torch.device("cpu"), tc.precision):
                 loss = self.loss(batch)
-            if not math.isfinite(loss.item()):
-                raise FloatingPointError(f"the loss became {loss.item()} at step {step + 1}")
+            value = loss.item()
+            if not math.isfinite(value):
+                raise TrainingDiverged(f"the loss became {value} at step {step + 1} of {self.arm.description}; "
+                                       f"try lower learning rates")
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, tc.grad_clip if tc.grad_clip > 0 else math.inf)
             optimizer.step()
-            window.append(loss.item())
+            window.append(value)
             done = step + 1
             if done % tc.log_every == 0 or done == tc.steps:
                 last = sum(window) / len(window)

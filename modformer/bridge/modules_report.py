@@ -66,11 +66,13 @@ def write_modules_report(out: str | Path) -> Path:
                      f"{t['student']:,} + {t['bridge']:,} |")
     lines += ["", *(f"- **{a}**: {ARMS[a].description}" for a in arms if a in ARMS)]
     if "teacher" in by_arm and "random_teacher" in by_arm:
+        real, noise = by_arm["teacher"], by_arm["random_teacher"]
         lines += ["", "## The decisive control: real teacher against random teacher (paired by seed)", "",
-                  f"- held-out exact match, teacher - random: {_paired(by_arm['teacher'], by_arm['random_teacher'], 'held_out_exact')}",
-                  f"- held-out answer loss, teacher - random: {_paired(by_arm['teacher'], by_arm['random_teacher'], 'held_out_answer_loss')}"]
+                  f"- held-out exact match, teacher - random: {_paired(real, noise, 'held_out_exact')}",
+                  f"- held-out answer loss, teacher - random: {_paired(real, noise, 'held_out_answer_loss')}"]
     if "alone" in by_arm and "teacher" in by_arm:
-        lines.append(f"- held-out exact match, teacher - alone: {_paired(by_arm['teacher'], by_arm['alone'], 'held_out_exact')}")
+        lines.append(f"- held-out exact match, teacher - alone: "
+                     f"{_paired(by_arm['teacher'], by_arm['alone'], 'held_out_exact')}")
     if "leaky" in by_arm and "teacher" in by_arm:
         lines += ["", "## The leak: the reference's bridge against the causal one (paired by seed)", "",
                   f"- final training loss, leaky - causal: {_paired(by_arm['leaky'], by_arm['teacher'], 'train_loss')}",
