@@ -3,7 +3,6 @@ bidirectional attention, `modformer generate` and `modformer bench data`."""
 
 import json
 import math
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -17,10 +16,9 @@ from modformer.model.config import AttentionConfig, ModelConfig
 from modformer.registry import TASKS
 from modformer.tasks.base import IGNORE
 from modformer.train.checkpoint import list_checkpoints
-from modformer.train.records import read_records
 from modformer.train.trainer import Trainer
 from task_contract import check_stream_is_pure_and_never_emits_held_out
-from test_trainer import assert_same_run
+from test_trainer import as_if_killed, assert_same_run
 from text_corpus import write_sentiment_csv, write_text_corpus
 
 TINY_LM = Path(__file__).parent.parent / "configs" / "tasks" / "lm_tiny.yaml"  # the shipped tiny config
@@ -91,13 +89,7 @@ def test_lm_resume_after_a_kill_is_bit_identical(text, tmp_path):
     cfg = lm_config(text, "train.steps=12", "train.checkpoint_every=4", "train.eval_every=6", "train.log_every=3",
                     "train.keep_checkpoints=10")
     run(cfg, tmp_path / "whole")
-    shutil.copytree(tmp_path / "whole", tmp_path / "killed")
-    for step, path in list_checkpoints(tmp_path / "killed" / "checkpoints"):
-        if step > 4:
-            path.unlink()
-    records = [r for r in read_records(tmp_path / "killed" / "metrics.jsonl") if r["step"] <= 6]
-    (tmp_path / "killed" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    (tmp_path / "killed" / "summary.json").unlink()
+    as_if_killed(tmp_path / "whole", tmp_path / "killed")
     run(cfg, tmp_path / "killed", resume=True)
     assert_same_run(tmp_path / "whole", tmp_path / "killed")
 

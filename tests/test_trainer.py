@@ -59,17 +59,22 @@ def test_same_seed_is_bit_identical(tiny_config, tmp_path):
                            final_state(tmp_path / "c").model["embed.weight"])
 
 
+def as_if_killed(whole, killed, checkpoint_step: int = 4, logged_step: int = 6) -> None:
+    """Copy the finished run `whole` to `killed` as a run killed after `logged_step` would
+    leave it: checkpoints up to `checkpoint_step`, metrics up to `logged_step`, no summary."""
+    shutil.copytree(whole, killed)
+    for step, path in list_checkpoints(killed / "checkpoints"):
+        if step > checkpoint_step:
+            path.unlink()
+    records = [r for r in read_records(killed / "metrics.jsonl") if r["step"] <= logged_step]
+    (killed / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (killed / "summary.json").unlink()
+
+
 def test_resume_after_a_kill_is_bit_identical(tiny_config, tmp_path):
     cfg = tiny_config("train.keep_checkpoints=10")
     run(cfg, tmp_path / "whole")
-    # A run killed at step 6 leaves its step-4 checkpoint and metrics up to step 6.
-    shutil.copytree(tmp_path / "whole", tmp_path / "killed")
-    for step, path in list_checkpoints(tmp_path / "killed" / "checkpoints"):
-        if step > 4:
-            path.unlink()
-    records = [r for r in read_records(tmp_path / "killed" / "metrics.jsonl") if r["step"] <= 6]
-    (tmp_path / "killed" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    (tmp_path / "killed" / "summary.json").unlink()
+    as_if_killed(tmp_path / "whole", tmp_path / "killed")
     run(cfg, tmp_path / "killed", resume=True)
     assert_same_run(tmp_path / "whole", tmp_path / "killed")
 
