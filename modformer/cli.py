@@ -13,7 +13,7 @@ from .analysis import add_attention_command, add_signal_command, add_usage_comma
 from .bench import add_bench_command
 from .bridge.command import add_modules_command
 from .config import RunConfig, load_config
-from .configtools import describe
+from .configtools import describe, key_lines
 from .data import named_sources
 from .errors import Interrupted, ModformerError
 from .evaluate import evaluate, load_run
@@ -26,25 +26,20 @@ from .sweep.spec import SweepConfig, load_sweep
 from .train.trainer import Trainer
 
 
-def _key_lines(rows: list[tuple[str, str, str, str]], width: int) -> list[str]:
-    """Help lines for `describe` rows: key, meaning, type and default."""
-    return [f"  {key:<{width}}  {text} [{tp}, default {default}]" for key, tp, default, text in rows]
-
-
 def _config_help() -> str:
     rows = describe(RunConfig, "")
     width = max(len(r[0]) for r in rows)
-    lines = ["config keys (set in the YAML file or as key=value overrides):", *_key_lines(rows, width), ""]
+    lines = ["config keys (set in the YAML file or as key=value overrides):", *key_lines(rows, width), ""]
     for name in TASKS:
         task_rows = [r for r in describe(TASKS[name].Config, "task") if r[0] not in {x[0] for x in rows}]
         if task_rows:
-            lines += [f"task '{name}' adds:", *_key_lines(task_rows, width)]
+            lines += [f"task '{name}' adds:", *key_lines(task_rows, width)]
     return "\n".join(lines)
 
 
 def _sweep_help() -> str:
     rows = describe(SweepConfig, "sweep")
-    return "\n".join(["sweep keys:", *_key_lines(rows, max(len(r[0]) for r in rows))])
+    return "\n".join(["sweep keys:", *key_lines(rows)])
 
 
 def format_results(summary: dict) -> str:

@@ -157,3 +157,10 @@ def describe(cls: type, prefix: str) -> list[tuple[str, str, str, str]]:
             f.default_factory() if f.default_factory is not _MISSING else "(required)")
         rows.append((key, _type_name(tp), repr(default), f.metadata.get("help", "")))
     return rows
+
+
+def key_lines(rows: list[tuple[str, str, str, str]], width: int | None = None) -> list[str]:
+    """Help lines for `describe` rows: key (padded to `width`, default the longest), meaning,
+    type and default."""
+    width = max((len(r[0]) for r in rows), default=0) if width is None else width
+    return [f"  {key:<{width}}  {text} [{tp}, default {default}]" for key, tp, default, text in rows]

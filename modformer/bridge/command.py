@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..configtools import describe
+from ..configtools import describe, key_lines
 from .modules_config import ModulesConfig, load_modules_config
 
 
@@ -30,9 +30,7 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _help() -> str:
-    rows = describe(ModulesConfig, "")
-    width = max(len(r[0]) for r in rows)
-    return "\n".join(["config keys:", *(f"  {k:<{width}}  {text} [{tp}, default {d}]" for k, tp, d, text in rows)])
+    return "\n".join(["config keys:", *key_lines(describe(ModulesConfig, ""))])
 
 
 def add_modules_command(subparsers: argparse._SubParsersAction) -> None:
