@@ -132,14 +132,14 @@ class ArmRun:
                                    "weight_decay": tc.weight_decay if decay else 0.0})
         return torch.optim.AdamW(groups, betas=(0.9, 0.95), fused=True)
 
-    def train(self, log: Callable[[dict[str, Any]], None]) -> float:
+    def train(self, log: Callable[[dict[str, Any]], None]) -> tuple[float, dict[str, float]]:
         """Train for `train.steps`; `log` receives the training and evaluation records.
-        Returns the mean training loss of the last logging window."""
+        Returns the mean training loss of the last logging window and the last held-out scores."""
         tc = self.cfg.train
         schedule = TrainConfig(lr=1.0, steps=tc.steps, warmup_steps=tc.warmup_steps, min_lr_ratio=0.1)
         optimizer = self.optimizer()
         params = [p for g in optimizer.param_groups for p in g["params"]]
-        window, last = [], math.nan
+        window, last, scores = [], math.nan, {}
         self.model.train()
         for step in range(tc.steps):
             batch = self.data.train_batch(self.seed, step, tc.batch_size, self.cfg.data.task_fraction)
@@ -162,8 +162,9 @@ class ArmRun:
                 log({"kind": "train", "step": done, "loss": last})
                 window = []
             if done % tc.eval_every == 0 or done == tc.steps:
-                log({"kind": "eval", "step": done, **self.answer_scores(self.data.held, "held_out")})
-        return last
+                scores = self.answer_scores(self.data.held, "held_out")
+                log({"kind": "eval", "step": done, **scores})
+        return last, scores
 
     # -- scores ----------------------------------------------------------------------------
     @torch.no_grad()
@@ -224,14 +225,16 @@ class TeacherStream:
 
     def __init__(self, teacher: TeacherParts):
         self.teacher, self.past = teacher, None
+        # transformers renamed `past_key_values` to `cache` in the 5.x line; take whichever this one has.
+        names = inspect.signature(teacher.model.forward).parameters
+        self.cache_name = "cache" if "cache" in names else "past_key_values"
 
     def extend(self, ids: torch.Tensor) -> torch.Tensor:
         """ids (B, n) the next tokens -> their states (B, n, d_t), float32."""
-        # transformers renamed `past_key_values` to `cache` in the 5.x line; take whichever this one has.
-        name = "cache" if "cache" in inspect.signature(self.teacher.model.forward).parameters else "past_key_values"
         with autocast(torch.device("cpu"), self.teacher.precision):
-            out = self.teacher.model(input_ids=ids, use_cache=True, output_hidden_states=True, **{name: self.past})
-        self.past = getattr(out, name)
+            out = self.teacher.model(input_ids=ids, use_cache=True, output_hidden_states=True,
+                                     **{self.cache_name: self.past})
+        self.past = getattr(out, self.cache_name)
         states = out.hidden_states[self.teacher.layer].float()
         return states.to(torch.bfloat16).float() if self.teacher.round_bf16 else states
 
@@ -245,13 +248,12 @@ def run_arm(cfg: ModulesConfig, arm: Arm, seed: int, data: ModulesData, teacher:
     """Train and score one (arm, seed); returns its summary."""
     started = time.perf_counter()
     run = ArmRun(cfg, arm, seed, data, teacher)
-    train_loss = run.train(log)
+    train_loss, final = run.train(log)  # final: the held-out scores after the last step
     held = list(range(len(data.held)))
     seen = np.random.default_rng([seed, 0x5EE]).permutation(len(data.train))[:eval_items].tolist()
     held_answers = run.generate(data.held, held, tokenizer, extract)
     train_answers = run.generate(data.train, seen, tokenizer, extract)
     trainable = sorted(n for n, p in run.model.named_parameters() if p.requires_grad)
-    final = run.answer_scores(data.held, "held_out")
     return {
         "seed": seed,
         "held_out_exact": exact_match(held_answers, [data.held.items[i].expected for i in held]),
