@@ -34,3 +34,31 @@ def tiny_config():
         return load_config(None, [*TINY, *overrides])
 
     return make
+
+
+@pytest.fixture(scope="module")
+def tiny_teacher(tmp_path_factory):
+    """A local folder holding a 2-layer random Llama and a word-level tokenizer of the facts and
+    corpus: the modules tests' teacher (no download)."""
+    from modformer.bridge.facts import all_facts
+    from modules_fixtures import CORPUS
+
+    transformers = pytest.importorskip("transformers")
+    tokenizers = pytest.importorskip("tokenizers")
+
+    folder = tmp_path_factory.mktemp("teacher")
+    words = sorted({w for f in all_facts() for w in f.text.split()} | {w for t in CORPUS for w in t.split()})
+    model = tokenizers.models.WordLevel({w: i for i, w in enumerate(["[UNK]", *words])}, "[UNK]")
+    raw = tokenizers.Tokenizer(model)
+    raw.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    raw.decoder = tokenizers.decoders.WordPiece()  # joins words with spaces
+    tok = transformers.PreTrainedTokenizerFast(tokenizer_object=raw, unk_token="[UNK]", pad_token="[UNK]")
+    torch.manual_seed(0)
+    llama = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=len(words) + 1, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=True))
+    llama.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    corpus = folder / "corpus.txt"
+    corpus.write_text("\n".join(CORPUS) + "\n")
+    return folder

@@ -8,51 +8,14 @@ import json
 import pytest
 import torch
 
-from modformer.bridge.arm_run import ArmRun, TeacherStream, random_states
+from modformer.bridge.arm_run import ArmRun
 from modformer.bridge.arms import ARMS
+from modformer.bridge.generation import LiveTeacher
 from modformer.bridge.modules_config import load_modules_config
 from modformer.bridge.teacher import Teacher
 from modformer.bridge.texts import arithmetic_answer, arithmetic_items, split_items, worked_sum
 from modformer.errors import ConfigError
-
-transformers = pytest.importorskip("transformers")
-tokenizers = pytest.importorskip("tokenizers")
-
-CORPUS = ["the cat sat on the mat", "a dog ran in the park", "the sun is hot and bright", "we like to read books",
-          "rain falls on the green hills", "the sea is deep and blue"]
-
-
-@pytest.fixture(scope="module")
-def tiny_teacher(tmp_path_factory):
-    """A local folder holding a 2-layer random Llama and a word-level tokenizer of the facts and corpus."""
-    from modformer.bridge.facts import all_facts
-
-    folder = tmp_path_factory.mktemp("teacher")
-    words = sorted({w for f in all_facts() for w in f.text.split()} | {w for t in CORPUS for w in t.split()})
-    model = tokenizers.models.WordLevel({w: i for i, w in enumerate(["[UNK]", *words])}, "[UNK]")
-    raw = tokenizers.Tokenizer(model)
-    raw.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
-    raw.decoder = tokenizers.decoders.WordPiece()  # joins words with spaces
-    tok = transformers.PreTrainedTokenizerFast(tokenizer_object=raw, unk_token="[UNK]", pad_token="[UNK]")
-    torch.manual_seed(0)
-    llama = transformers.LlamaForCausalLM(transformers.LlamaConfig(
-        vocab_size=len(words) + 1, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-        num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=True))
-    llama.save_pretrained(folder)
-    tok.save_pretrained(folder)
-    corpus = folder / "corpus.txt"
-    corpus.write_text("\n".join(CORPUS) + "\n")
-    return folder
-
-
-def tiny_config(teacher_folder, *overrides):
-    return load_modules_config(None, [
-        f"teacher.name={teacher_folder}", "teacher.known_only=false", "teacher.precision=fp32",
-        "teacher.cache_dtype=float32", "student.n_heads=4", "bridge.n_heads=4", "bridge.adapter_bottleneck=8",
-        f"data.corpus={teacher_folder / 'corpus.txt'}", "data.corpus_rows=6", "data.held_out=0.3",
-        "train.steps=3", "train.batch_size=8", "train.eval_every=3", "train.log_every=1", "train.max_new_tokens=2",
-        "seeds=[0]", *overrides])
-
+from modules_fixtures import tiny_config
 
 @pytest.fixture(scope="module")
 def prepared(tiny_teacher, tmp_path_factory):
@@ -83,12 +46,12 @@ def expected_trainable(arm: str, n_layers: int = 2) -> set[str]:
     return {f"student.{n}" for n in student} | bridge
 
 
-@pytest.mark.parametrize("arm", list(ARMS))
+@pytest.mark.parametrize("arm", [a for a in ARMS if a != "scratch"])  # scratch: tests/test_modules_students.py
 def test_every_arm_trains_exactly_its_parameters_and_never_the_teacher(prepared, arm):
     """The trainable set per arm is exact (the teacher's embedding in the student stays frozen,
     the bridges train only in arms that read); after training steps the teacher is unchanged
     and has no gradient, the frozen embedding is unchanged and every trainable tensor moved."""
-    run = ArmRun(prepared.cfg, ARMS[arm], 0, prepared.data, prepared.teacher)
+    run = ArmRun(prepared.cfg, ARMS[arm], 0, prepared.data, prepared.teacher, prepared.pairing)
     assert {n for n, p in run.model.named_parameters() if p.requires_grad} == expected_trainable(arm)
     teacher_before = {k: v.clone() for k, v in prepared.teacher.model.state_dict().items()}
     before = {n: p.detach().clone() for n, p in run.model.named_parameters()}
@@ -106,24 +69,29 @@ def test_distillation_and_random_states_use_the_teacher_as_specified(prepared):
     through its head); random states match the real ones' per-dimension scale, fixed per text."""
     data, teacher = prepared.data, prepared.teacher
     batch = data.batch(data.train, [0, 1], answer_only=False)
-    ids = data.teacher_ids(batch.ids[:1, :int(batch.lengths[0])])
+    ids = data.vocab.to_tokenizer(batch.ids[:1, :len(data.train.ids[0])])
     logits = teacher.model(input_ids=ids).logits[0].float()
-    final = data.states(batch, final=True)[0, :ids.shape[1]] @ teacher.head[data.vocab].T
-    assert torch.allclose(final, logits[:, data.vocab], atol=1e-4)
-    a = random_states(teacher, 0, [5, 6], 30)
-    assert torch.equal(a, random_states(teacher, 0, [5, 6], 30)) and not torch.equal(a, random_states(teacher, 1, [5, 6], 30))
-    noise = random_states(teacher, 0, list(range(200)), 30).flatten(0, 1)
+    final = data.states(batch, final=True)[0, :ids.shape[1]] @ teacher.head[data.vocab.ids].T
+    assert torch.allclose(final, logits[:, data.vocab.ids], atol=1e-4)
+    runs = [ArmRun(prepared.cfg, ARMS["random_teacher"], seed, data, teacher, prepared.pairing) for seed in (0, 0, 1)]
+    a = runs[0].noise([5, 6], 10)
+    assert torch.equal(a, runs[1].noise([5, 6], 10)) and not torch.equal(a, runs[2].noise([5, 6], 10))
+    assert torch.equal(a[:, :4], runs[0].noise([5, 6], 4))  # a text's prefix gets its noise's prefix
+    noise = runs[0].noise(list(range(200)), 10).flatten(0, 1)
     assert torch.allclose(noise.std(0) / teacher.std, torch.ones(teacher.width), atol=0.1)
 
 
 def test_generation_reads_the_same_teacher_states_as_a_full_forward_pass(prepared):
     """The teacher's states of a growing text, one token at a time through its cache, equal
     its states of the whole text at once: generation reads exactly what training read."""
-    ids = prepared.data.train.ids[0][None]
-    stream = TeacherStream(prepared.teacher)
-    pieces = [stream.extend(ids[:, :3])] + [stream.extend(ids[:, i:i + 1]) for i in range(3, ids.shape[1])]
-    whole = Teacher(prepared.teacher.model, prepared.teacher.layer)(ids)
-    assert torch.allclose(torch.cat(pieces, dim=1), whole, atol=1e-5)
+    row = prepared.data.train.teacher_ids[0]
+    live = LiveTeacher(prepared.teacher)
+    states = [live.read([row[:n]] * 2) for n in range(3, len(row) + 1)]
+    assert live.past is not None  # the text grew a token at a time: read through the teacher's cache
+    whole = Teacher(prepared.teacher.model, prepared.teacher.layer)(torch.tensor([row]))
+    assert torch.allclose(states[-1][:1], whole, atol=1e-5) and torch.allclose(states[-1][0], states[-1][1], atol=1e-6)
+    uneven = live.read([row, row[:3]])  # padded: the whole texts again
+    assert torch.allclose(uneven[1, :3], whole[0, :3], atol=1e-5) and not uneven[1, 3:].any()
 
 
 def test_experiment_runs_reports_and_continues_without_redoing_runs(tiny_teacher, tmp_path, monkeypatch):
@@ -167,11 +135,11 @@ def test_cli_reports_a_missing_corpus_in_one_line(tiny_teacher, tmp_path, monkey
 
 
 def test_worked_sums_and_a_split_that_holds_out_operand_values():
-    assert worked_sum(47, 38) == "7+8=15, carry 1. 4+3+1=8. Answer: 85"
-    assert worked_sum(95, 17) == "5+7=12, carry 1. 9+1+1=11, carry 1. Answer: 112"
+    assert worked_sum(47, 38) == "7+8=15, carry 1. 4+3+1=8. Answer: 85."
+    assert worked_sum(95, 17) == "5+7=12, carry 1. 9+1+1=11, carry 1. Answer: 112."
     assert arithmetic_answer(" 7+8=15, carry 1. 4+3+1=8. Answer: 85 and") == "85" and arithmetic_answer("7+8") == ""
     items = arithmetic_items(2)
-    assert len(items) == 90 * 90 and all(i.text.endswith(f"Answer: {i.expected}") for i in items[:50])
+    assert len(items) == 90 * 90 and all(i.text.endswith(f"Answer: {i.expected}.") for i in items[:50])
     train, held = split_items(items, 0.2, seed=3)
     assert {i.group for i in train}.isdisjoint({i.group for i in held}) and len(held) == 18 * 90
     assert split_items(items, 0.2, seed=3) == (train, held)
@@ -186,5 +154,5 @@ def test_the_packaged_teacher_runs_every_arm(tmp_path):
     cfg = load_modules_config("configs/experiments/llm_modules_facts.yaml",
                               ["train.steps=4", "train.eval_every=2", "data.corpus_rows=50", "seeds=[0]"])
     results = ModulesExperiment(cfg, tmp_path / "out", echo=lambda *_: None).run()
-    assert [r["arm"] for r in results] == list(ARMS)
+    assert [r["arm"] for r in results] == cfg.arms == [a for a in ARMS if a != "scratch"]
     assert all(len(r["held_out_answers"]) > 30 for r in results)

@@ -1,5 +1,8 @@
 """One run: one arm, one seed. Build the student (and its bridges), train it, score it.
 
+The student is a modformer `Transformer` or a Hugging Face causal LM (`HFStudent`), reading
+with the teacher's tokenizer or its own (`pairing`).
+
 Training loss: cross-entropy on the scored tokens (the answer, or the whole text), plus for
 the distill arm w T^2 KL(teacher || student) at the same positions, the teacher's
 distribution taken from its cached final states through its own output head, restricted to
@@ -7,14 +10,11 @@ the student's vocabulary. Two learning rates: one for the bridges, one for the s
 
 Scores: teacher-forced answer loss on the held-out items (every `eval_every` steps), and at
 the end exact match of greedily generated answers on the held-out items and on training
-items. Generation reads the teacher's states of the text generated so far (computed live,
-with the teacher's key-value cache): no arm, the leaky one included, can see an answer it
-has not generated.
+items (`generation`: the bridges read only the text generated so far).
 """
 
 from __future__ import annotations
 
-import inspect
 import math
 import time
 from dataclasses import dataclass
@@ -26,16 +26,17 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..analysis.common import evaluating
-from ..errors import TrainingDiverged
+from ..errors import ModformerError, TrainingDiverged
 from ..evaluate import autocast
 from ..model.config import ModelConfig
 from ..tasks.base import IGNORE
 from ..train.config import TrainConfig
 from ..train.optim import learning_rate
 from ..variants import build_model
-from .alignment import causal_visibility, leaky_visibility
 from .arms import Arm
 from .dataset import Batch, ModulesData, Rows
+from .generation import generate
+from .hf_student import load_hf_student
 from .modules_config import ModulesConfig
 from .student import BridgedStudent
 
@@ -57,16 +58,17 @@ class TeacherParts:
 def build_student(cfg: ModulesConfig, arm: Arm, seed: int, data: ModulesData, teacher: TeacherParts) -> nn.Module:
     """The arm's model: the student, wrapped with bridges when the arm reads anything."""
     sc = cfg.student
-    d_model = teacher.width if sc.embeddings == "teacher" else sc.d_model
-    if d_model % sc.n_heads or (d_model // sc.n_heads) % 2:
-        raise ValueError(f"student.n_heads={sc.n_heads} must divide the student width {d_model} into even head widths")
-    model_cfg = ModelConfig(vocab_size=len(data.vocab), d_model=d_model, n_layers=sc.n_layers, n_heads=sc.n_heads,
-                            d_ff=sc.d_ff, max_seq_len=data.longest + cfg.train.max_new_tokens, tie_embeddings=True)
-    student = build_model(model_cfg, seed)
-    if sc.embeddings == "teacher":
-        with torch.no_grad():
-            student.embed.weight.copy_(teacher.embeddings[data.vocab])
-        student.embed.weight.requires_grad_(False)
+    longest = data.longest + cfg.train.max_new_tokens
+    if sc.model == "modformer":
+        student = _modformer_student(cfg, seed, data, teacher, longest)
+    else:
+        student = load_hf_student(sc.model, sc.pretrained and not arm.scratch, seed)
+        if student.vocab_size < data.vocab.size:
+            raise ModformerError(f"student.model={sc.model} has {student.vocab_size} output rows, fewer than its "
+                                 f"tokenizer's {data.vocab.size} ids")
+        if student.max_length is not None and student.max_length < longest:
+            raise ModformerError(f"student.model={sc.model} reads at most {student.max_length} tokens; the "
+                                 f"experiment's texts need {longest}")
     if not arm.bridged:
         return student
     with torch.random.fork_rng(devices=[]):  # the bridges' init depends on the seed, not on what ran before
@@ -76,45 +78,65 @@ def build_student(cfg: ModulesConfig, arm: Arm, seed: int, data: ModulesData, te
     return bridged
 
 
-def random_states(teacher: TeacherParts, seed: int, rows: list[int], length: int) -> torch.Tensor:
-    """(B, length, d_t) noise with the real states' per-dimension mean and std, fixed per
-    (seed, cache row): the same text always gets the same noise, its prefixes included."""
-    out = torch.empty(len(rows), length, teacher.width)
-    for b, row in enumerate(rows):
-        g = torch.Generator().manual_seed(int(np.random.SeedSequence([seed, row]).generate_state(1)[0]))
-        out[b] = torch.randn(length, teacher.width, generator=g)
-    return out * teacher.std + teacher.mean
+def _modformer_student(cfg: ModulesConfig, seed: int, data: ModulesData, teacher: TeacherParts,
+                       longest: int) -> nn.Module:
+    sc = cfg.student
+    d_model = teacher.width if sc.embeddings == "teacher" else sc.d_model
+    if d_model % sc.n_heads or (d_model // sc.n_heads) % 2:
+        raise ValueError(f"student.n_heads={sc.n_heads} must divide the student width {d_model} into even head widths")
+    model_cfg = ModelConfig(vocab_size=data.vocab.size, d_model=d_model, n_layers=sc.n_layers, n_heads=sc.n_heads,
+                            d_ff=sc.d_ff, max_seq_len=longest, tie_embeddings=True)
+    student = build_model(model_cfg, seed)
+    if sc.embeddings == "teacher":
+        with torch.no_grad():
+            student.embed.weight.copy_(teacher.embeddings[data.vocab.ids])
+        student.embed.weight.requires_grad_(False)
+    return student
 
 
 class ArmRun:
-    def __init__(self, cfg: ModulesConfig, arm: Arm, seed: int, data: ModulesData, teacher: TeacherParts):
-        self.cfg, self.arm, self.seed, self.data, self.teacher = cfg, arm, seed, data, teacher
+    def __init__(self, cfg: ModulesConfig, arm: Arm, seed: int, data: ModulesData, teacher: TeacherParts, pairing):
+        self.cfg, self.arm, self.seed, self.data, self.teacher, self.pairing = cfg, arm, seed, data, teacher, pairing
         self.model = build_student(cfg, arm, seed, data, teacher)
-        self.noise_len = data.longest + cfg.train.max_new_tokens
+        # The random arm's noise has one length, so that a text gets the same noise in every
+        # batch; with its own tokenizer a generated student token may span several teacher ones.
+        self.noise_len = data.longest_teacher + cfg.train.max_new_tokens * (1 if pairing.shared else 16)
 
     # -- the forward pass ------------------------------------------------------------------
-    def logits(self, ids: torch.Tensor, lengths: torch.Tensor, states: Callable[[], torch.Tensor]) -> torch.Tensor:
-        """ids (B, S) student tokens, lengths (B,) -> (B, S, V_student). `states` gives the
-        bridges' input (B, S, d_t), asked for only by arms that read one."""
-        if not self.arm.bridged:
-            return self.model(ids)
-        visible = (leaky_visibility if self.arm.visibility == "leaky" else causal_visibility)(ids.shape[1], lengths)
-        return self.model(ids, states(), visible)
+    def forward(self, ids: torch.Tensor, states: torch.Tensor | None, visible: torch.Tensor | None) -> torch.Tensor:
+        """ids (B, S) student rows, states (B, U, d_t), visible (B, S) -> logits (B, S, V);
+        arms without a bridge ignore `states` and `visible`."""
+        return self.model(ids, states, visible) if self.arm.bridged else self.model(ids)
 
-    def batch_states(self, batch: Batch) -> torch.Tensor:
-        if self.arm.reads == "random":
-            return random_states(self.teacher, self.seed, batch.rows, self.noise_len)[:, :batch.ids.shape[1]]
-        return self.data.states(batch)
+    def logits(self, batch: Batch) -> torch.Tensor:
+        """(B, S, V) logits of a batch of rows, its bridges reading its cached states or noise."""
+        if not self.arm.bridged:
+            return self.model(batch.ids)
+        states = (self.noise(batch.rows, int(batch.teacher_lengths.max())) if self.arm.reads == "random"
+                  else self.data.states(batch))
+        return self.model(batch.ids, states, batch.visibility(self.arm.visibility == "leaky"))
+
+    def noise(self, rows: list[int], length: int) -> torch.Tensor:
+        """(B, length, d_t) noise with the real states' per-dimension mean and std, fixed per
+        (seed, cache row): the same text always gets the same noise, its prefixes included."""
+        if length > self.noise_len:
+            raise ModformerError(f"a generated text needs {length} teacher positions, more than the random arm's "
+                                 f"{self.noise_len}; lower train.max_new_tokens")
+        out = torch.empty(len(rows), self.noise_len, self.teacher.width)
+        for b, row in enumerate(rows):
+            g = torch.Generator().manual_seed(int(np.random.SeedSequence([self.seed, row]).generate_state(1)[0]))
+            out[b] = torch.randn(self.noise_len, self.teacher.width, generator=g)
+        return out[:, :length] * self.teacher.std + self.teacher.mean
 
     def loss(self, batch: Batch) -> torch.Tensor:
-        logits = self.logits(batch.ids, batch.lengths, lambda: self.batch_states(batch))
+        logits = self.logits(batch)
         scored = batch.targets != IGNORE
         ce = F.cross_entropy(logits[scored].float(), batch.targets[scored])
         if not self.arm.distill:
             return ce
         w, T = self.cfg.train.distill_weight, self.cfg.train.distill_temperature
-        final = self.data.states(batch, final=True)[scored]  # (N, d_t)
-        teacher_logits = (final @ self.teacher.head[self.data.vocab].T).float()
+        final = self.data.states(batch, final=True)[scored]  # (N, d_t): shared tokenizer, a state per token
+        teacher_logits = (final @ self.teacher.head[self.data.vocab.ids].T).float()
         kl = F.kl_div(F.log_softmax(logits[scored].float() / T, -1), F.log_softmax(teacher_logits / T, -1),
                       log_target=True, reduction="batchmean")
         return (1 - w) * ce + w * T * T * kl
@@ -175,84 +197,27 @@ class ArmRun:
         with evaluating(self.model):
             for start in range(0, len(rows), chunk):
                 batch = self.data.batch(rows, list(range(start, min(start + chunk, len(rows)))), answer_only=True)
-                logits = self.logits(batch.ids, batch.lengths, lambda: self.batch_states(batch)).float()
+                logits = self.logits(batch).float()
                 scored = batch.targets != IGNORE
                 loss_sum += F.cross_entropy(logits[scored], batch.targets[scored], reduction="sum").item()
                 tokens += int(scored.sum())
                 exact += int(((logits.argmax(-1) == batch.targets) | ~scored).all(1).sum())
         return {f"{name}_answer_loss": loss_sum / max(tokens, 1), f"{name}_answer_exact_tf": exact / max(len(rows), 1)}
 
-    @torch.no_grad()
-    def generate(self, rows: Rows, indices: list[int], tokenizer, extract: Callable[[str], str],
-                 chunk: int = 64) -> list[str]:
-        """The answer extracted from each row's greedy continuation of its prompt."""
-        by_length: dict[int, list[int]] = {}
-        for i in indices:  # equal prompt lengths batch without padding
-            by_length.setdefault(rows.answer_start[i], []).append(i)
-        answers: dict[int, str] = {}
-        with evaluating(self.model):
-            for length, members in sorted(by_length.items()):
-                for start in range(0, len(members), chunk):
-                    part = members[start:start + chunk]
-                    prompts = torch.stack([rows.ids[i][:length] for i in part])
-                    generated = self._greedy(prompts, [rows.first + i for i in part])
-                    for i, tokens in zip(part, generated):
-                        answers[i] = extract(tokenizer.decode(tokens.tolist(), skip_special_tokens=True))
-        return [answers[i] for i in indices]
-
-    def _greedy(self, prompts: torch.Tensor, cache_rows: list[int]) -> torch.Tensor:
-        """prompts (B, P) teacher ids -> (B, max_new_tokens) generated teacher ids."""
-        ids = self.data.student_ids(prompts)
-        stream = TeacherStream(self.teacher) if self.arm.reads == "teacher" else None
-        states = stream.extend(prompts) if stream else None
-        new = []
-        for _ in range(self.cfg.train.max_new_tokens):
-            lengths = torch.full((len(ids),), ids.shape[1])
-            if self.arm.reads == "random":
-                read = lambda: random_states(self.teacher, self.seed, cache_rows, self.noise_len)[:, :ids.shape[1]]  # noqa: E731
-            else:
-                read = lambda: states  # noqa: E731
-            nxt = self.logits(ids, lengths, read)[:, -1].argmax(-1, keepdim=True)
-            ids = torch.cat([ids, nxt], dim=1)
-            new.append(nxt)
-            if stream:
-                states = torch.cat([states, stream.extend(self.data.teacher_ids(nxt))], dim=1)
-        return self.data.teacher_ids(torch.cat(new, dim=1))
-
-
-class TeacherStream:
-    """The teacher's states of a growing text, one forward pass per new token (its key-value cache)."""
-
-    def __init__(self, teacher: TeacherParts):
-        self.teacher, self.past = teacher, None
-        # transformers renamed `past_key_values` to `cache` in the 5.x line; take whichever this one has.
-        names = inspect.signature(teacher.model.forward).parameters
-        self.cache_name = "cache" if "cache" in names else "past_key_values"
-
-    def extend(self, ids: torch.Tensor) -> torch.Tensor:
-        """ids (B, n) the next tokens -> their states (B, n, d_t), float32."""
-        with autocast(torch.device("cpu"), self.teacher.precision):
-            out = self.teacher.model(input_ids=ids, use_cache=True, output_hidden_states=True,
-                                     **{self.cache_name: self.past})
-        self.past = getattr(out, self.cache_name)
-        states = out.hidden_states[self.teacher.layer].float()
-        return states.to(torch.bfloat16).float() if self.teacher.round_bf16 else states
-
-
 def exact_match(answers: list[str], expected: list[str]) -> float:
     return sum(a == e for a, e in zip(answers, expected)) / max(len(expected), 1)
 
 
-def run_arm(cfg: ModulesConfig, arm: Arm, seed: int, data: ModulesData, teacher: TeacherParts, tokenizer,
+def run_arm(cfg: ModulesConfig, arm: Arm, seed: int, data: ModulesData, teacher: TeacherParts, pairing,
             extract: Callable[[str], str], log: Callable[[dict[str, Any]], None], eval_items: int) -> dict[str, Any]:
     """Train and score one (arm, seed); returns its summary."""
     started = time.perf_counter()
-    run = ArmRun(cfg, arm, seed, data, teacher)
+    run = ArmRun(cfg, arm, seed, data, teacher, pairing)
     train_loss, final = run.train(log)  # final: the held-out scores after the last step
     held = list(range(len(data.held)))
     seen = np.random.default_rng([seed, 0x5EE]).permutation(len(data.train))[:eval_items].tolist()
-    held_answers = run.generate(data.held, held, tokenizer, extract)
-    train_answers = run.generate(data.train, seen, tokenizer, extract)
+    held_answers = [extract(text) for text in generate(run, data.held, held)]
+    train_answers = [extract(text) for text in generate(run, data.train, seen)]
     trainable = sorted(n for n, p in run.model.named_parameters() if p.requires_grad)
     return {
         "seed": seed,

@@ -18,6 +18,7 @@ class Arm:
     reads: str | None  # the bridge's input: "teacher", "random" (matched noise) or None (no bridge)
     visibility: str = "causal"  # "causal", or "leaky": every position sees the whole text (the reference's bug)
     distill: bool = False  # add KL to the teacher's next-token distribution to the loss
+    scratch: bool = False  # a pretrained student starts from fresh weights instead of its trained ones
     description: str = ""
 
     @property
@@ -26,7 +27,8 @@ class Arm:
 
 
 ARMS: dict[str, Arm] = {
-    "alone": Arm(None, description="the student alone, from scratch"),
+    "alone": Arm(None, description="the student alone (fine-tuned, when the student is pretrained)"),
+    "scratch": Arm(None, scratch=True, description="the student alone from fresh weights (for a pretrained student)"),
     "teacher": Arm("teacher", description="the student reading the real teacher through causal bridges"),
     "random_teacher": Arm("random", description="the same bridges reading noise of the teacher states' shape and "
                                                 "per-dimension scale"),

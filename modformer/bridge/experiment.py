@@ -2,6 +2,7 @@
 
     OUT/config.yaml             the resolved config
     OUT/split.json              the task's training and held-out items (and what the teacher knew)
+    OUT/student_tokenizer/      the student's BPE, when student.tokenizer is bpe:N
     OUT/runs/ARM/seed_S/        metrics.jsonl and summary.json of each run
     OUT/results.jsonl           one line per finished run
     OUT/report.md, curves.png   written by `modules_report`
@@ -30,10 +31,13 @@ from ..train.records import MetricsLog
 from .arm_run import TeacherParts, run_arm
 from .arms import ARMS
 from .cache import TeacherStateCache, fingerprint
-from .dataset import ModulesData, encode_corpus, encode_items
+from ..data.tokenizer import load_tokenizer, train_bpe
+from .dataset import ModulesData, Vocabulary, encode_corpus, encode_items
 from .facts import all_facts, known_facts
+from .hf_student import load_student_tokenizer
 from .modules_config import ModulesConfig
 from .packaged import cache_root, load_teacher
+from .pairing import SharedTokenizer, TwoTokenizers
 from .teacher import Teacher
 from .texts import EXTRACT, arithmetic_items, fact_items, load_corpus, split_items
 
@@ -75,15 +79,19 @@ class ModulesExperiment:
         atomic_write_text(self.out / "split.json", json.dumps({
             "task": cfg.data.task, "items": len(items), "train": [i.text for i in train],
             "held_out": [i.text for i in held]}, indent=1) + "\n")
-        corpus = None
-        if cfg.data.corpus is not None:
-            texts = load_corpus(cfg.data.corpus, cfg.data.corpus_rows, cfg.data.split_seed)
-            corpus = encode_corpus(self.tokenizer, texts, cfg.data.max_tokens, first=len(train))
-        train_rows = encode_items(self.tokenizer, train, first=0)
-        held_rows = encode_items(self.tokenizer, held, first=len(train) + (len(corpus) if corpus else 0))
-        answers = [torch.tensor(self.tokenizer(i.text).input_ids) for i in fact_items(all_facts())] \
-            if cfg.data.task == "facts" else []
-        self.data = ModulesData(train_rows, corpus, held_rows, answers, cfg.data.loss_on)
+        texts = [] if cfg.data.corpus is None else load_corpus(cfg.data.corpus, cfg.data.corpus_rows, cfg.data.split_seed)
+        self.pairing, size = self._pairing([i.text for i in train] + texts)
+        corpus = encode_corpus(self.pairing, texts, cfg.data.max_tokens, first=len(train)) if texts else None
+        train_rows = encode_items(self.pairing, train, first=0)
+        held_rows = encode_items(self.pairing, held, first=len(train) + (len(corpus) if corpus else 0))
+        if self.pairing.shared:  # the teacher's tokens the texts use, every fact's answer included
+            used = [torch.tensor(r) for g in (train_rows, held_rows, corpus) if g for r in g.ids]
+            if cfg.data.task == "facts":
+                used += [torch.tensor(self.tokenizer(i.text).input_ids) for i in fact_items(all_facts())]
+            vocab = Vocabulary.subset(torch.cat(used))
+        else:
+            vocab = Vocabulary.whole(size)
+        self.data = ModulesData(train_rows, corpus, held_rows, vocab, cfg.data.loss_on)
         self.extract = EXTRACT[cfg.data.task]
         self.data.cache = self._cache(model, cfg.teacher.layer)
         last = cfg.teacher.layer % (n_layers + 1) == n_layers
@@ -92,7 +100,22 @@ class ModulesExperiment:
         self.teacher = self._teacher_parts(model)
         self.echo(f"teacher {cfg.teacher.name} (layer {cfg.teacher.layer}), {len(train)} training and {len(held)} "
                   f"held-out {cfg.data.task} items, {len(corpus) if corpus else 0} corpus texts, student vocabulary "
-                  f"{len(self.data.vocab)}; prepared in {time.perf_counter() - started:.0f} s")
+                  f"{self.data.vocab.size}; prepared in {time.perf_counter() - started:.0f} s")
+
+    def _pairing(self, training_texts: list[str]) -> tuple[SharedTokenizer | TwoTokenizers, int]:
+        """How texts become student and teacher tokens, and the student tokenizer's size."""
+        spec = self.cfg.student_tokenizer
+        if spec == "teacher":
+            return SharedTokenizer(self.tokenizer), len(self.tokenizer)
+        if spec == "own":
+            student = load_student_tokenizer(self.cfg.student.model)
+            return TwoTokenizers(student, self.tokenizer.backend_tokenizer), student.get_vocab_size(with_added_tokens=True)
+        if spec.startswith("bpe:"):
+            trained = train_bpe(training_texts, int(spec[4:]))
+            trained.save(self.out / "student_tokenizer")  # for reading the runs' outputs later
+        else:
+            trained = load_tokenizer(spec, key="student.tokenizer")
+        return TwoTokenizers(trained.tokenizer, self.tokenizer.backend_tokenizer), trained.vocab_size
 
     def _items(self, model) -> list:
         cfg = self.cfg
@@ -115,7 +138,7 @@ class ModulesExperiment:
 
     def _cache(self, model, layer: int) -> TeacherStateCache:
         cfg = self.cfg
-        rows = self.data.all_rows
+        rows = self.data.teacher_rows
         key = fingerprint(cfg.teacher.name, layer, cfg.teacher.cache_dtype, rows)
         folder = cache_root() / "teacher-states" / key
         teacher = Teacher(model, layer)
@@ -149,7 +172,7 @@ class ModulesExperiment:
                 log.keep(lambda r: False)  # what a killed run logged is redone
                 self.echo(f"{arm_name} seed {seed}: training")
                 result = {"arm": arm_name, **run_arm(self.cfg, ARMS[arm_name], seed, self.data, self.teacher,
-                                                     self.tokenizer, self.extract, log.append, EVAL_ITEMS)}
+                                                     self.pairing, self.extract, log.append, EVAL_ITEMS)}
                 atomic_write_text(folder / "summary.json", json.dumps(result, indent=1) + "\n")
                 self.echo(f"{arm_name} seed {seed}: held-out exact match {result['held_out_exact']:.3f}, training "
                           f"items {result['train_exact']:.3f}, held-out answer loss "

@@ -31,12 +31,22 @@ class TeacherSection:
 
 @dataclass
 class StudentSection:
+    model: str = option("modformer", "modformer (built from the fields below), or a Hugging Face causal LM: a local "
+                                     "folder, or a hub name when the network allows")
+    pretrained: bool = option(True, "a Hugging Face student starts from its trained weights (the arms fine-tune it; "
+                                    "the scratch arm re-initialises it); false: from its config, fresh weights")
+    tokenizer: str | None = option(
+        None, "the student's tokenizer. null: the teacher's for a modformer student, its own for a Hugging Face "
+              "one; teacher; own (a Hugging Face student's); a local tokenizer.json or tokenizer folder; or bpe:N, a "
+              "byte-level BPE of N tokens trained on the training items and corpus (never the held-out items). "
+              "With any but the teacher's, teacher states are aligned by character offsets")
     n_layers: int = option(2, "student blocks")
     n_heads: int = option(9, "student attention heads; must divide its width")
     d_ff: int | None = option(None, "feed-forward width; null: 4 x width")
     embeddings: str = option(
         "teacher", "teacher: the student's token embedding (tied to its output head) is the teacher's, frozen, so "
-                   "its width is the teacher's; random: learned from scratch at student.d_model. A student that "
+                   "its width is the teacher's (needs the teacher's tokenizer); random: learned from scratch at "
+                   "student.d_model. A student that "
                    "never trains an answer's output embedding cannot emit it: with random embeddings held-out "
                    "exact match is 0 by construction")
     d_model: int = option(256, "student width with random embeddings (teacher embeddings fix it to the teacher's)")
@@ -98,10 +108,16 @@ class ModulesConfig:
     bridge: BridgeSection = option(default_factory=BridgeSection, help="the enhanced cross-attention bridges")
     data: DataSection = option(default_factory=DataSection, help="task, split and corpus")
     train: ArmTrainSection = option(default_factory=ArmTrainSection, help="optimisation of every arm")
-    arms: list[str] = option(default_factory=lambda: list(ARMS), help="arms to run (all by default): " + ", ".join(ARMS))
+    arms: list[str] | None = option(None, "arms to run, of " + ", ".join(ARMS) + "; null: every arm the student "
+                                          "allows (scratch only for a pretrained student, distill only with the "
+                                          "teacher's tokenizer)")
     seeds: list[int] = option(default_factory=lambda: [0, 1, 2], help="seeds; every arm runs every seed")
 
     def __post_init__(self) -> None:
+        if self.arms is None:
+            allowed = {"scratch": self.student.model != "modformer" and self.student.pretrained,
+                       "distill": self.student_tokenizer == "teacher"}
+            self.arms = [a for a in ARMS if allowed.get(a, True)]
         checks = [
             (self.teacher.precision in ("fp32", "bf16"), "teacher.precision must be fp32 or bf16"),
             (self.train.precision in ("fp32", "bf16"), "train.precision must be fp32 or bf16"),
@@ -129,6 +145,34 @@ class ModulesConfig:
         unknown = [a for a in self.arms if a not in ARMS]
         if unknown:
             raise ConfigError(f"unknown arm '{unknown[0]}' (known: {', '.join(ARMS)})")
+        self._check_student()
+
+    @property
+    def student_tokenizer(self) -> str:
+        """teacher, own, bpe:N or a path: student.tokenizer with its default resolved."""
+        if self.student.tokenizer is not None:
+            return self.student.tokenizer
+        return "teacher" if self.student.model == "modformer" else "own"
+
+    def _check_student(self) -> None:
+        s, tokenizer = self.student, self.student_tokenizer
+        hf = s.model != "modformer"
+        if tokenizer.startswith("bpe:") and not (tokenizer[4:].isdigit() and int(tokenizer[4:]) >= 258):
+            raise ConfigError(f"student.tokenizer={tokenizer}: bpe:N needs N >= 258 (the bytes and two special tokens)")
+        if hf and tokenizer != "own":
+            raise ConfigError("a Hugging Face student reads with its own tokenizer: leave student.tokenizer null or own")
+        if not hf and tokenizer == "own":
+            raise ConfigError("student.tokenizer=own is for a Hugging Face student; a modformer student reads with "
+                              "teacher, bpe:N or a tokenizer path")
+        if not hf and s.embeddings == "teacher" and tokenizer != "teacher":
+            raise ConfigError(f"student.embeddings=teacher needs the teacher's tokenizer, not {tokenizer}: set "
+                              f"student.embeddings=random")
+        if tokenizer != "teacher" and "distill" in self.arms:
+            raise ConfigError("the distill arm needs the student to read with the teacher's tokenizer (KL over one "
+                              "vocabulary): drop it from arms or set student.tokenizer=teacher")
+        if "scratch" in self.arms and not (hf and s.pretrained):
+            raise ConfigError("the scratch arm re-initialises a pretrained student (student.model a Hugging Face model, "
+                              "student.pretrained: true); any other student already starts from scratch in alone")
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(to_dict(self), sort_keys=False)

@@ -1,10 +1,11 @@
-"""A modformer student that reads a teacher through bridges.
+"""A student that reads a teacher through bridges.
 
 Bridges sit at named places of the student: `input` (after the token embedding, where the
 reference puts its one bridge) and `block_i` (after student block i). Each is an
-`EnhancedCrossAttention` attached as a forward hook on the student's hook point there
-(`embed_out`, `blocks.{i}.resid_post`), so the student's own code is unchanged and, called
-without teacher states, it is exactly the student alone.
+`EnhancedCrossAttention` attached as a forward hook on the module there (for a modformer
+`Transformer` its hook points `embed_out` and `blocks.{i}.resid_post`; a Hugging Face
+student (`HFStudent`) names its embedding and decoder layers), so the student's own code is
+unchanged and, called without teacher states, it is exactly the student alone.
 """
 
 from __future__ import annotations
@@ -14,33 +15,38 @@ from typing import Sequence
 import torch
 from torch import nn
 
-from ..model.transformer import Transformer
 from .cross_attention import EnhancedCrossAttention
 
 
-def _hook_point(place: str, n_layers: int) -> str:
-    if place == "input":
-        return "embed_out"
-    if place.startswith("block_") and place[6:].isdigit() and int(place[6:]) < n_layers:
-        return f"blocks.{int(place[6:])}.resid_post"
-    raise ValueError(f"bridge place must be 'input' or 'block_i' with i < {n_layers}, got {place!r}")
+def bridge_points(student: nn.Module) -> dict[str, nn.Module]:
+    """place -> the module of `student` whose output a bridge there rewrites."""
+    if hasattr(student, "bridge_points"):
+        return student.bridge_points()
+    modules = dict(student.named_modules())
+    return {"input": modules["embed_out"],
+            **{f"block_{i}": modules[f"blocks.{i}.resid_post"] for i in range(len(student.blocks))}}
+
+
+def student_width(student: nn.Module) -> int:
+    return student.width if hasattr(student, "width") else student.embed.weight.shape[1]
 
 
 class BridgedStudent(nn.Module):
-    def __init__(self, student: Transformer, d_teacher: int, places: Sequence[str] = ("input",), *,
+    def __init__(self, student: nn.Module, d_teacher: int, places: Sequence[str] = ("input",), *,
                  n_heads: int = 8, dropout: float = 0.1, adapter_bottleneck: int = 256):
         super().__init__()
         self.student = student
-        d_student = student.embed.weight.shape[1]
-        points = {place: _hook_point(place, len(student.blocks)) for place in places}
+        d_student = student_width(student)
+        points = bridge_points(student)
+        wrong = [p for p in places if p not in points]
+        if wrong:
+            raise ValueError(f"bridge place must be 'input' or 'block_i' with i < {len(points) - 1}, got {wrong[0]!r}")
         self.bridges = nn.ModuleDict({place: EnhancedCrossAttention(
             d_student, d_teacher, n_heads, dropout=dropout, adapter_bottleneck=adapter_bottleneck) for place in places})
         self._reading: tuple[torch.Tensor, torch.Tensor] | None = None
-        modules = dict(student.named_modules())
-        self._handles = [modules[point].register_forward_hook(self._bridge_hook(place))
-                         for place, point in points.items()]
+        self._handles = [points[place].register_forward_hook(self._bridge_hook(place)) for place in places]
 
-    def remove(self) -> Transformer:
+    def remove(self) -> nn.Module:
         """Detach the bridges from the student (which is then exactly as before) and return it."""
         for handle in self._handles:
             handle.remove()
@@ -51,6 +57,8 @@ class BridgedStudent(nn.Module):
         def hook(_module, _inputs, output):
             if self._reading is None:  # the student called alone
                 return output
+            if isinstance(output, tuple):  # some Hugging Face layers return (hidden states, extras...)
+                return (self.bridges[place](output[0], *self._reading), *output[1:])
             return self.bridges[place](output, *self._reading)
         return hook
 

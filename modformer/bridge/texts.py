@@ -8,7 +8,10 @@ training sums.
 Worked examples:
 
     facts       "The capital of France is" + " Paris"                      expected "Paris"
-    arithmetic  "Add 47 and 38." + " 7+8=15, carry 1. 4+3+1=8. Answer: 85"  expected "85"
+    arithmetic  "Add 47 and 38." + " 7+8=15, carry 1. 4+3+1=8. Answer: 85."  expected "85"
+
+The sum ends with a full stop, so that a student learns where the answer ends: without it,
+a generated "Answer: 85" runs on into more digits.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ def fact_items(facts: list[Fact]) -> list[Item]:
 
 def worked_sum(a: int, b: int) -> str:
     """The steps of a + b, digit by digit from the right: worked_sum(47, 38) ==
-    "7+8=15, carry 1. 4+3+1=8. Answer: 85"."""
+    "7+8=15, carry 1. 4+3+1=8. Answer: 85."."""
     steps, carry, x, y = [], 0, a, b
     while x or y:
         dx, dy = x % 10, y % 10
@@ -49,7 +52,7 @@ def worked_sum(a: int, b: int) -> str:
         carry = total // 10
         steps.append(step + (", carry 1." if carry else "."))
         x, y = x // 10, y // 10
-    return " ".join(steps) + f" Answer: {a + b}"
+    return " ".join(steps) + f" Answer: {a + b}."
 
 
 def arithmetic_items(digits: int) -> list[Item]:
@@ -61,7 +64,8 @@ def arithmetic_items(digits: int) -> list[Item]:
 
 
 def arithmetic_answer(text: str) -> str:
-    """The number after the first "Answer:" of a generated continuation ("" if none)."""
+    """The number after the first "Answer:" of a generated continuation, up to the first
+    non-digit ("" if none): "Answer: 85. Add" -> "85"."""
     found = re.search(r"Answer:\s*(\d+)", text)
     return found.group(1) if found else ""
 

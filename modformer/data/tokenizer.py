@@ -104,13 +104,14 @@ def _special_from_config(folder: Path) -> dict[str, str]:
     return out
 
 
-def load_tokenizer(spec: str) -> TextTokenizer:
+def load_tokenizer(spec: str, key: str = "task.tokenizer") -> TextTokenizer:
     """A tokenizer from a `tokenizer.json` file, or a folder holding one (a Hugging Face model
-    folder) or a tokenizer that transformers can load and convert (`AutoTokenizer`)."""
+    folder) or a tokenizer that transformers can load and convert (`AutoTokenizer`). Errors
+    name the config key `key`."""
     t = _tokenizers()
     path = Path(spec).expanduser()
     if not path.exists():
-        raise ModformerError(f"task.tokenizer: no such file or folder: {path} (or 'bpe' to train one here)")
+        raise ModformerError(f"{key}: no such file or folder: {path} (or 'bpe' to train one here)")
     named: dict[str, str] = {}
     try:
         if path.is_file():
@@ -124,14 +125,14 @@ def load_tokenizer(spec: str) -> TextTokenizer:
 
             auto = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
             if not getattr(auto, "is_fast", False):
-                raise ModformerError(f"task.tokenizer: {path} holds a slow tokenizer that cannot be converted; "
+                raise ModformerError(f"{key}: {path} holds a slow tokenizer that cannot be converted; "
                                      f"give a folder with tokenizer.json")
             tok = auto.backend_tokenizer
             named = {k: v for k, v in (("eos_token", auto.eos_token), ("pad_token", auto.pad_token)) if v}
     except ModformerError:
         raise
     except Exception as e:  # tokenizers and transformers raise many kinds for a file that is not a tokenizer
-        raise ModformerError(f"task.tokenizer: cannot load a tokenizer from {path} ({type(e).__name__}: "
+        raise ModformerError(f"{key}: cannot load a tokenizer from {path} ({type(e).__name__}: "
                              f"{str(e).splitlines()[0] if str(e) else ''}); give a tokenizer.json file, a Hugging "
                              f"Face tokenizer folder, or 'bpe'") from None
     size = tok.get_vocab_size(with_added_tokens=True)

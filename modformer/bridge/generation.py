@@ -1,0 +1,109 @@
+"""Greedy generation of answers, with the bridges reading the text generated so far.
+
+While a student generates, its bridges read the teacher's states of the prompt and of the
+tokens it has generated, never of the expected answer: after each new token the grown text
+is aligned again (`pairing.extend`), and the teacher reads it (`LiveTeacher`). No arm, the
+leaky one included, can see an answer it has not written.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import TYPE_CHECKING
+
+import torch
+
+from ..analysis.common import evaluating
+from ..evaluate import autocast
+from .dataset import Rows
+from .pairing import Encoded, as_tensor, leaky
+
+if TYPE_CHECKING:
+    from .arm_run import ArmRun, TeacherParts
+
+
+class LiveTeacher:
+    """The teacher's states of texts that grow as they are generated.
+
+    When every text extends the one read before by the same number of tokens and none is
+    padded (always so with a shared tokenizer and prompts of one length), only the new tokens
+    go through the teacher, with its key-value cache; otherwise the whole texts do."""
+
+    def __init__(self, teacher: TeacherParts):
+        self.teacher = teacher
+        self.rows: list[list[int]] | None = None
+        self.states: torch.Tensor | None = None
+        self.past = None  # the key-value cache of `rows`, when they have one length
+        # transformers renamed `past_key_values` to `cache` in the 5.x line; take whichever this one has.
+        names = inspect.signature(teacher.model.forward).parameters
+        self.cache_name = "cache" if "cache" in names else "past_key_values"
+
+    def read(self, rows: list[list[int]]) -> torch.Tensor:
+        """rows: teacher ids of each text -> (B, U_max, d_t) float32 states, zero-padded."""
+        old = self.rows
+        grown = (old is not None and self.past is not None and len(rows) == len(old)
+                 and len({len(r) for r in rows}) == 1 and all(r[:len(o)] == o for r, o in zip(rows, old)))
+        if grown and len(rows[0]) > len(old[0]):
+            new = torch.tensor([r[len(old[0]):] for r in rows], dtype=torch.long)
+            self.states = torch.cat([self.states, self._forward(new, None, self.past)], dim=1)
+        elif not grown:
+            ids = as_tensor(rows)
+            lengths = torch.tensor([len(r) for r in rows])
+            if len(set(lengths.tolist())) == 1:
+                self.states = self._forward(ids, None, None)
+            else:
+                mask = (torch.arange(ids.shape[1])[None, :] < lengths[:, None]).long()
+                self.states = self._forward(ids, mask, None) * mask[..., None]
+                self.past = None  # a padded batch cannot be continued through the cache
+        self.rows = [list(r) for r in rows]
+        return self.states
+
+    def _forward(self, ids: torch.Tensor, mask: torch.Tensor | None, past) -> torch.Tensor:
+        """ids (B, n) -> their states (B, n, d_t), float32 (rounded as the cached ones are)."""
+        with torch.no_grad(), autocast(torch.device("cpu"), self.teacher.precision):
+            out = self.teacher.model(input_ids=ids, attention_mask=mask, use_cache=True, output_hidden_states=True,
+                                     **{self.cache_name: past})
+        self.past = getattr(out, self.cache_name)
+        states = out.hidden_states[self.teacher.layer].float()
+        return states.to(torch.bfloat16).float() if self.teacher.round_bf16 else states
+
+
+@torch.no_grad()
+def generate(run: ArmRun, rows: Rows, indices: list[int], chunk: int = 64) -> list[str]:
+    """The decoded greedy continuation of each row's prompt (`max_new_tokens` student tokens)."""
+    by_length: dict[int, list[int]] = {}
+    for i in indices:  # prompts of one length batch without padding
+        by_length.setdefault(rows.answer_start[i], []).append(i)
+    texts: dict[int, str] = {}
+    with evaluating(run.model):
+        for _, members in sorted(by_length.items()):
+            for start in range(0, len(members), chunk):
+                part = members[start:start + chunk]
+                for i, new in zip(part, _greedy(run, rows, part)):
+                    texts[i] = run.pairing.decode(new)
+    return [texts[i] for i in indices]
+
+
+def _greedy(run: ArmRun, rows: Rows, part: list[int]) -> list[list[int]]:
+    """Rows `part` (prompts of one length) -> the student tokenizer ids generated for each."""
+    prompts = [rows.ids[i][:rows.answer_start[i]] for i in part]
+    prompt_texts = [rows.items[i].prompt for i in part]
+    live = LiveTeacher(run.teacher) if run.arm.reads == "teacher" else None
+    new: list[list[int]] = [[] for _ in part]
+    for _ in range(run.cfg.train.max_new_tokens):
+        ids = run.data.vocab.to_model(torch.tensor([p + n for p, n in zip(prompts, new)]))
+        states = visible = None
+        if run.arm.bridged:
+            texts = [run.pairing.extend(t, p, n) for t, p, n in zip(prompt_texts, prompts, new)]
+            visible = as_tensor([leaky(e) if run.arm.visibility == "leaky" else e.visible for e in texts])
+            states = _read(run, live, texts, [rows.first + i for i in part])
+        nxt = run.data.vocab.to_tokenizer(run.forward(ids, states, visible)[:, -1].argmax(-1))
+        for n, token in zip(new, nxt.tolist()):
+            n.append(token)
+    return new
+
+
+def _read(run: ArmRun, live: LiveTeacher | None, texts: list[Encoded], cache_rows: list[int]) -> torch.Tensor:
+    if live is not None:
+        return live.read([e.teacher for e in texts])
+    return run.noise(cache_rows, max(len(e.teacher) for e in texts))

@@ -1,0 +1,18 @@
+"""The tiny offline LLM-Modules setting of the modules tests: its corpus and a config that
+trains for a few steps (the teacher it reads is conftest's `tiny_teacher` fixture)."""
+
+from __future__ import annotations
+
+from modformer.bridge.modules_config import load_modules_config
+
+CORPUS = ["the cat sat on the mat", "a dog ran in the park", "the sun is hot and bright", "we like to read books",
+          "rain falls on the green hills", "the sea is deep and blue"]
+
+
+def tiny_config(teacher_folder, *overrides):
+    return load_modules_config(None, [
+        f"teacher.name={teacher_folder}", "teacher.known_only=false", "teacher.precision=fp32",
+        "teacher.cache_dtype=float32", "student.n_heads=4", "bridge.n_heads=4", "bridge.adapter_bottleneck=8",
+        f"data.corpus={teacher_folder / 'corpus.txt'}", "data.corpus_rows=6", "data.held_out=0.3",
+        "train.steps=3", "train.batch_size=8", "train.eval_every=3", "train.log_every=1", "train.max_new_tokens=2",
+        "seeds=[0]", *overrides])

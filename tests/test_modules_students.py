@@ -1,0 +1,152 @@
+"""LLM-Modules students other than a modformer model reading with the teacher's tokenizer: a
+student with its own tokenizer (teacher states aligned by character offsets, in training
+and while generating) and a Hugging Face causal-LM student (pretrained, fine-tuned, or
+re-initialised by the scratch arm). Tiny models and tokenizers built here, no download."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from modformer.bridge.arm_run import ArmRun
+from modformer.bridge.arms import ARMS
+from modformer.bridge.generation import LiveTeacher
+from modformer.bridge.pairing import TwoTokenizers, as_tensor
+from modformer.data.tokenizer import train_bpe
+from modformer.errors import ConfigError
+from modules_fixtures import CORPUS, tiny_config
+
+transformers = pytest.importorskip("transformers")
+
+OWN = ["student.tokenizer=bpe:300", "student.embeddings=random", "student.d_model=32"]
+
+
+@pytest.fixture(scope="module")
+def hf_student(tmp_path_factory):
+    """A folder holding a 2-layer Llama with its own byte-level BPE: the "pretrained" student."""
+    from modformer.bridge.facts import all_facts
+
+    folder = tmp_path_factory.mktemp("student")
+    bpe = train_bpe([f.text for f in all_facts()] + CORPUS, 300)
+    tok = transformers.PreTrainedTokenizerFast(tokenizer_object=bpe.tokenizer, eos_token="<|endoftext|>",
+                                               pad_token="<|pad|>")
+    torch.manual_seed(1)
+    transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=bpe.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=4, max_position_embeddings=128)).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+def prepared(cfg, tmp_path, monkeypatch):
+    from modformer.bridge.experiment import ModulesExperiment
+
+    monkeypatch.setenv("MODFORMER_CACHE", str(tmp_path / "cache"))
+    experiment = ModulesExperiment(cfg, tmp_path / "out", echo=lambda *_: None)
+    experiment.prepare()
+    return experiment
+
+
+def test_own_tokenizer_rows_read_only_teacher_tokens_that_end_before_them(tiny_teacher, tmp_path, monkeypatch):
+    """Every row of every group: student position i reads exactly the teacher tokens whose
+    text ends at or before student token i ends; a generated continuation re-aligned by
+    `extend` gets the same visibility as the finished text."""
+    exp = prepared(tiny_config(tiny_teacher, *OWN), tmp_path, monkeypatch)
+    pairing = exp.pairing
+    assert isinstance(pairing, TwoTokenizers) and (tmp_path / "out" / "student_tokenizer" / "tokenizer.json").is_file()
+    for item in exp.data.held.items:
+        s, t = pairing.student.encode(item.text), pairing.teacher.encode(item.text)
+        enc = pairing.encode(item.text)
+        assert enc.student != enc.teacher  # two tokenizers for real
+        for (_, s_end), visible in zip(s.offsets, enc.visible):
+            assert all(end <= s_end for _, end in t.offsets[:visible])
+            assert visible == len(t.offsets) or t.offsets[visible][1] > s_end
+        prompt_ids = pairing.student_ids(item.prompt)
+        grown = pairing.extend(item.prompt, prompt_ids, enc.student[len(prompt_ids):])
+        assert (grown.student, grown.teacher, grown.visible) == (enc.student, enc.teacher, enc.visible)
+
+
+def test_own_tokenizer_bridge_is_causal_and_the_leaky_one_is_not(tiny_teacher, tmp_path, monkeypatch):
+    """Two texts that differ only after the prompt: with the causal bridge the student's logits
+    over the prompt are equal; the leaky bridge reads the answer's teacher states there."""
+    exp = prepared(tiny_config(tiny_teacher, *OWN), tmp_path, monkeypatch)
+    prompt = exp.data.held.items[0].prompt
+    texts = [exp.pairing.encode(prompt + answer) for answer in (" Paris", " London")]
+    n = len(exp.pairing.student_ids(prompt))
+    assert texts[0].student[:n] == texts[1].student[:n] and texts[0].teacher != texts[1].teacher
+    for arm, same in (("teacher", True), ("leaky", False)):
+        run = ArmRun(exp.cfg, ARMS[arm], 0, exp.data, exp.teacher, exp.pairing)
+        run.model.eval()
+        states = LiveTeacher(exp.teacher).read([t.teacher for t in texts])
+        visible = as_tensor([t.visible if same else [len(t.teacher)] * len(t.student) for t in texts])
+        ids = exp.data.vocab.to_model(as_tensor([t.student for t in texts]))
+        logits = run.forward(ids, states, visible)
+        assert torch.allclose(logits[0, :n], logits[1, :n], atol=1e-5) == same, arm
+
+
+def test_own_tokenizer_experiment_runs_the_arms_it_allows(tiny_teacher, tmp_path, monkeypatch):
+    from modformer.bridge.experiment import ModulesExperiment
+
+    monkeypatch.setenv("MODFORMER_CACHE", str(tmp_path / "cache"))
+    cfg = tiny_config(tiny_teacher, *OWN)
+    assert cfg.arms == ["alone", "teacher", "random_teacher", "leaky"]  # no distill across vocabularies
+    results = ModulesExperiment(cfg, tmp_path / "out", echo=lambda *_: None).run()
+    assert [r["arm"] for r in results] == cfg.arms
+    assert all(0 <= r["held_out_exact"] <= 1 and r["held_out_answers"] for r in results)
+
+
+def test_hugging_face_student_fine_tunes_its_weights_and_scratch_starts_fresh(tiny_teacher, hf_student, tmp_path,
+                                                                             monkeypatch):
+    """alone starts from the folder's weights, scratch from fresh ones; the bridged arm trains
+    every student parameter and its bridges (at the input and after decoder layer 0), never
+    the teacher; with its gates shut the bridged student is the student alone."""
+    cfg = tiny_config(tiny_teacher, f"student.model={hf_student}", "bridge.places=[input,block_0]")
+    assert cfg.arms == ["alone", "scratch", "teacher", "random_teacher", "leaky"]
+    exp = prepared(cfg, tmp_path, monkeypatch)
+    saved = transformers.AutoModelForCausalLM.from_pretrained(hf_student).state_dict()
+    runs = {arm: ArmRun(cfg, ARMS[arm], 0, exp.data, exp.teacher, exp.pairing) for arm in ("alone", "scratch", "teacher")}
+    alone, scratch = runs["alone"].model.model.state_dict(), runs["scratch"].model.model.state_dict()
+    assert all(torch.equal(saved[k], alone[k]) for k in saved)
+    assert not torch.equal(saved["model.layers.0.mlp.up_proj.weight"], scratch["model.layers.0.mlp.up_proj.weight"])
+    bridged = runs["teacher"].model
+    trainable = {n for n, p in bridged.named_parameters() if p.requires_grad}
+    assert trainable == {f"student.{n}" for n, _ in bridged.student.named_parameters()} | \
+        {f"bridges.{place}.{n}" for place in ("input", "block_0") for n, _ in bridged.bridges[place].named_parameters()}
+
+    batch = exp.data.batch(exp.data.train, [0, 1, 2], answer_only=False)
+    with torch.no_grad():
+        for bridge in bridged.bridges.values():
+            bridge.gate.weight.zero_()
+            bridge.gate.bias.fill_(-float("inf"))
+    bridged.eval()
+    assert torch.equal(runs["teacher"].logits(batch), bridged.student(batch.ids))
+
+    teacher_before = {k: v.clone() for k, v in exp.teacher.model.state_dict().items()}
+    records = []
+    runs["alone"].train(records.append)
+    assert all(torch.equal(teacher_before[k], v) for k, v in exp.teacher.model.state_dict().items())
+    assert not torch.equal(saved["model.layers.0.mlp.up_proj.weight"],
+                           runs["alone"].model.model.state_dict()["model.layers.0.mlp.up_proj.weight"])
+
+
+def test_hugging_face_student_experiment_runs_end_to_end(tiny_teacher, hf_student, tmp_path, monkeypatch):
+    from modformer.bridge.experiment import ModulesExperiment
+
+    monkeypatch.setenv("MODFORMER_CACHE", str(tmp_path / "cache"))
+    cfg = tiny_config(tiny_teacher, f"student.model={hf_student}", "arms=[scratch,teacher]")
+    results = ModulesExperiment(cfg, tmp_path / "out", echo=lambda *_: None).run()
+    assert [r["arm"] for r in results] == ["scratch", "teacher"]
+    assert all(len(r["held_out_answers"]) == len(results[0]["held_out_answers"]) > 0 for r in results)
+
+
+def test_students_that_cannot_work_are_refused_with_the_reason(tiny_teacher, hf_student):
+    with pytest.raises(ConfigError, match="scratch arm"):
+        tiny_config(tiny_teacher, "arms=[alone,scratch]")
+    with pytest.raises(ConfigError, match="distill arm needs"):
+        tiny_config(tiny_teacher, *OWN, "arms=[distill]")
+    with pytest.raises(ConfigError, match="student.embeddings=teacher needs"):
+        tiny_config(tiny_teacher, "student.tokenizer=bpe:300")
+    with pytest.raises(ConfigError, match="its own tokenizer"):
+        tiny_config(tiny_teacher, f"student.model={hf_student}", "student.tokenizer=teacher")
+    with pytest.raises(ConfigError, match="bpe:N needs"):
+        tiny_config(tiny_teacher, "student.tokenizer=bpe:12", "student.embeddings=random")
