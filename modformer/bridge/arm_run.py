@@ -156,7 +156,15 @@ class ArmRun:
 
     def train(self, log: Callable[[dict[str, Any]], None]) -> tuple[float, dict[str, float]]:
         """Train for `train.steps`; `log` receives the training and evaluation records.
-        Returns the mean training loss of the last logging window and the last held-out scores."""
+        Returns the mean training loss of the last logging window and the last held-out scores.
+
+        Dropout draws from torch's global generator, seeded here from the run's seed: a run is
+        a function of (config, arm, seed), never of what ran before it in the process."""
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.seed)
+            return self._train(log)
+
+    def _train(self, log: Callable[[dict[str, Any]], None]) -> tuple[float, dict[str, float]]:
         tc = self.cfg.train
         schedule = TrainConfig(lr=1.0, steps=tc.steps, warmup_steps=tc.warmup_steps, min_lr_ratio=0.1)
         optimizer = self.optimizer()
