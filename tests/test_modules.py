@@ -7,13 +7,14 @@ import json
 
 import pytest
 import torch
+import yaml
 
 from modformer.bridge.arm_run import ArmRun
 from modformer.bridge.arms import ARMS
 from modformer.bridge.generation import LiveTeacher
 from modformer.bridge.modules_config import load_modules_config
 from modformer.bridge.teacher import Teacher
-from modformer.bridge.texts import arithmetic_answer, arithmetic_items, split_items, worked_sum
+from modformer.bridge.texts import arithmetic_answer, arithmetic_items, load_corpus, split_items, worked_sum
 from modformer.errors import ConfigError
 from modules_fixtures import tiny_config
 
@@ -64,6 +65,19 @@ def test_every_arm_trains_exactly_its_parameters_and_never_the_teacher(prepared,
         assert torch.equal(before[name], p) != p.requires_grad, name
 
 
+def test_a_run_does_not_depend_on_what_ran_before_it(prepared):
+    """Dropout's draws come from the run's seed: the same arm and seed give the same records
+    whatever the process's generator went through before (an earlier run, a resumed experiment)."""
+    logs = []
+    for before in (0, 1):
+        torch.manual_seed(before)
+        torch.rand(before + 1)
+        run = ArmRun(prepared.cfg, ARMS["teacher"], 0, prepared.data, prepared.teacher, prepared.pairing)
+        logs.append([])
+        run.train(logs[-1].append)
+    assert logs[0] == logs[1] and run.model.bridges["input"].dropout > 0
+
+
 def test_distillation_and_random_states_use_the_teacher_as_specified(prepared):
     """Distillation's targets are the teacher's own next-token logits (its cached final states
     through its head); random states match the real ones' per-dimension scale, fixed per text."""
@@ -111,8 +125,28 @@ def test_experiment_runs_reports_and_continues_without_redoing_runs(tiny_teacher
     more = ModulesExperiment(tiny_config(tiny_teacher, "arms=[teacher]", "seeds=[0,1]"), out, echo=lambda *_: None).run()
     assert [(r["arm"], r["seed"]) for r in more] == [("teacher", 0), ("teacher", 1)]
     assert (out / "runs" / "teacher" / "seed_0" / "summary.json").stat().st_mtime_ns == done  # not redone
+    saved = yaml.safe_load((out / "config.yaml").read_text())
+    del saved["data"]["corpus_column"]  # as an older modformer wrote it: the field at its default is no change
+    (out / "config.yaml").write_text(yaml.safe_dump(saved))
+    ModulesExperiment(tiny_config(tiny_teacher, "arms=[teacher]"), out, echo=lambda *_: None).run()
     with pytest.raises(Exception, match="another config"):
         ModulesExperiment(tiny_config(tiny_teacher, "train.steps=4"), out, echo=lambda *_: None).run()
+
+
+def test_a_corpus_of_conversations_is_read_as_turns(tiny_teacher, tmp_path, monkeypatch):
+    """The paper's data layout (Bespoke-Stratos-17k: a conversation per row) as the corpus."""
+    from modformer.bridge.experiment import ModulesExperiment
+
+    monkeypatch.setenv("MODFORMER_CACHE", str(tmp_path / "cache"))
+    rows = [{"system": "Think.", "conversations": [{"from": "user", "value": f"the cat sat on mat {i}"},
+                                                   {"from": "assistant", "value": "the sun is hot"}]} for i in range(4)]
+    (tmp_path / "stratos.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = tiny_config(tiny_teacher, f"data.corpus={tmp_path / 'stratos.jsonl'}", "data.corpus_column=conversations")
+    experiment = ModulesExperiment(cfg, tmp_path / "out", echo=lambda *_: None)
+    experiment.prepare()
+    assert len(experiment.data.corpus) == 4
+    texts = load_corpus(str(tmp_path / "stratos.jsonl"), 10, 0, "conversations")
+    assert sorted(texts) == [f"User: the cat sat on mat {i}\n\nAssistant: the sun is hot" for i in range(4)]
 
 
 def test_bad_configs_are_refused_with_the_key_named(tiny_teacher):

@@ -159,7 +159,7 @@ def test_a_missing_source_or_unknown_name_fails_at_config_load(tmp_path):
         open_source(str(tmp_path / "empty"), Columns())
 
 
-@pytest.mark.parametrize("name", ["wikitext103", "yelp_polarity", "hf:someone/no-such-dataset"])
+@pytest.mark.parametrize("name", ["wikitext103", "yelp_polarity", "bespoke_stratos", "hf:someone/no-such-dataset"])
 @pytest.mark.parametrize("env_offline", [True, False])
 def test_an_unreachable_hub_dataset_fails_within_seconds_naming_what_to_use(name, env_offline, monkeypatch):
     pytest.importorskip("datasets")
@@ -200,3 +200,35 @@ def test_hub_datasets_are_pooled_and_grouped_as_documents(monkeypatch):
     reviews = open_source("yelp_polarity", Columns(label="label")).documents()
     assert [(d.text, d.label) for d in reviews] == [("good", 1), ("bad", 0), ("fine", 1), ("meh", 0)]
     assert len(open_source("yelp_polarity", Columns(label="label"), max_documents=3).documents()) == 3
+
+
+BESPOKE_ROWS = [  # Bespoke-Stratos-17k's layout: a system prompt and a conversation per row
+    {"system": "Think step by step.", "conversations": [{"from": "user", "value": "What is 2+3?"},
+                                                         {"from": "assistant", "value": "2+3=5. Answer: 5"}]},
+    {"system": "Think step by step.", "conversations": [{"from": "user", "value": "Name a prime."},
+                                                         {"from": "assistant", "value": "7"}]},
+]
+
+
+def test_conversations_become_one_document_of_turns(tmp_path, monkeypatch):
+    """A text field holding a conversation (Bespoke-Stratos-17k, chat datasets) is read as its
+    turns, from a local JSONL file and from the hub; a malformed message is one clear error."""
+    path = tmp_path / "stratos.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in BESPOKE_ROWS))
+    expected = ["User: What is 2+3?\n\nAssistant: 2+3=5. Answer: 5", "User: Name a prime.\n\nAssistant: 7"]
+    assert [d.text for d in open_source(str(path), Columns(text="conversations")).documents()] == expected
+    chat = tmp_path / "chat.jsonl"
+    chat.write_text(json.dumps({"messages": [{"role": "system", "content": "Be brief."},
+                                             {"role": "user", "content": "Hi"}]}) + "\n")
+    assert open_source(str(chat), Columns(text="messages")).documents()[0].text == "System: Be brief.\n\nUser: Hi"
+    chat.write_text(json.dumps({"messages": [{"role": "user", "text": "Hi"}]}) + "\n")
+    with pytest.raises(ModformerError, match="line 1: field 'messages': a conversation's messages need"):
+        open_source(str(chat), Columns(text="messages")).documents()
+
+    datasets = pytest.importorskip("datasets")
+    fake = datasets.DatasetDict({"train": datasets.Dataset.from_list(BESPOKE_ROWS)})
+    asked = []
+    monkeypatch.setattr(hub, "hub_reachable", lambda timeout=3.0: True)
+    monkeypatch.setattr(datasets, "load_dataset", lambda path, config, streaming: asked.append(path) or fake)
+    assert [d.text for d in open_source("bespoke_stratos", Columns()).documents()] == expected
+    assert asked == ["bespokelabs/Bespoke-Stratos-17k"]

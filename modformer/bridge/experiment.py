@@ -24,14 +24,14 @@ from typing import Any
 import torch
 import yaml
 
-from ..configtools import to_dict
+from ..configtools import from_dict, to_dict
+from ..data.tokenizer import load_tokenizer, train_bpe
 from ..errors import ModformerError
 from ..train.checkpoint import atomic_write_text
 from ..train.records import MetricsLog
 from .arm_run import TeacherParts, run_arm
 from .arms import ARMS
 from .cache import TeacherStateCache, fingerprint
-from ..data.tokenizer import load_tokenizer, train_bpe
 from .dataset import ModulesData, Vocabulary, encode_corpus, encode_items
 from .facts import all_facts, known_facts
 from .hf_student import load_student_tokenizer
@@ -51,7 +51,10 @@ class ModulesExperiment:
     def _check_folder(self) -> None:
         saved = self.out / "config.yaml"
         if saved.exists():
-            before = yaml.safe_load(saved.read_text())
+            try:  # read with today's defaults: a field added since then, at its default, is no change
+                before = to_dict(from_dict(ModulesConfig, yaml.safe_load(saved.read_text())))
+            except (ModformerError, yaml.YAMLError, TypeError):
+                before = {}
             now = to_dict(self.cfg)
             # More arms or seeds may be added to a stopped or finished experiment; nothing else may change.
             same = {k: v for k, v in before.items() if k not in ("arms", "seeds")} == \
@@ -79,7 +82,8 @@ class ModulesExperiment:
         atomic_write_text(self.out / "split.json", json.dumps({
             "task": cfg.data.task, "items": len(items), "train": [i.text for i in train],
             "held_out": [i.text for i in held]}, indent=1) + "\n")
-        texts = [] if cfg.data.corpus is None else load_corpus(cfg.data.corpus, cfg.data.corpus_rows, cfg.data.split_seed)
+        texts = [] if cfg.data.corpus is None else load_corpus(cfg.data.corpus, cfg.data.corpus_rows, cfg.data.split_seed,
+                                                               cfg.data.corpus_column)
         self.pairing, size = self._pairing([i.text for i in train] + texts)
         corpus = encode_corpus(self.pairing, texts, cfg.data.max_tokens, first=len(train)) if texts else None
         train_rows = encode_items(self.pairing, train, first=0)

