@@ -150,3 +150,34 @@ def test_students_that_cannot_work_are_refused_with_the_reason(tiny_teacher, hf_
         tiny_config(tiny_teacher, f"student.model={hf_student}", "student.tokenizer=teacher")
     with pytest.raises(ConfigError, match="bpe:N needs"):
         tiny_config(tiny_teacher, "student.tokenizer=bpe:12", "student.embeddings=random")
+
+
+def test_a_modformer_model_pretrained_here_is_exported_and_fine_tuned_as_a_student(tiny_teacher, tmp_path,
+                                                                                  monkeypatch):
+    """The offline fine-tuned baseline's path: a language model trained with `modformer train`,
+    exported with `modformer convert --to ffn --hf` (its tokenizer copied), read by
+    `modformer modules` as a pretrained Hugging Face student with its own tokenizer."""
+    from modformer.bridge.experiment import ModulesExperiment
+    from modformer.cli import main
+    from modformer.config import load_config
+    from modformer.train.trainer import Trainer
+    from text_corpus import write_text_corpus
+
+    monkeypatch.setenv("MODFORMER_CACHE", str(tmp_path / "cache"))
+    corpus = write_text_corpus(tmp_path / "text", documents=20, sentences=40)
+    lm = load_config("configs/tasks/lm_tiny.yaml", [f"task.source={corpus}", "task.seq_len=128", "train.steps=4",
+                                                    "train.progress=false", "task.test_size=4", "task.validation_size=4"])
+    Trainer(lm, tmp_path / "lm", command=["test"], echo=lambda m: None).run()
+    assert main(["convert", str(tmp_path / "lm"), "--to", "ffn", "--hf", "--out", str(tmp_path / "student")]) == 0
+    assert (tmp_path / "student" / "tokenizer.json").is_file()
+
+    cfg = tiny_config(tiny_teacher, f"student.model={tmp_path / 'student'}", "arms=[alone,scratch]")
+    experiment = ModulesExperiment(cfg, tmp_path / "out", echo=lambda *_: None)
+    experiment.prepare()
+    lm_text = (tmp_path / "lm" / "tokenizer" / "tokenizer.json").read_text()
+    assert experiment.pairing.student.to_str() == __import__("tokenizers").Tokenizer.from_str(lm_text).to_str()
+    exported = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "student").state_dict()
+    alone = ArmRun(cfg, ARMS["alone"], 0, experiment.data, experiment.teacher, experiment.pairing)
+    assert all(torch.equal(exported[k], v) for k, v in alone.model.model.state_dict().items())
+    results = experiment.run()
+    assert [r["arm"] for r in results] == ["alone", "scratch"]

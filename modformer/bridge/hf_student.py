@@ -66,8 +66,17 @@ def load_hf_student(name: str, pretrained: bool, seed: int) -> HFStudent:
 
 
 def load_student_tokenizer(name: str):
-    """The `tokenizers.Tokenizer` behind the Hugging Face tokenizer at `name`."""
+    """The `tokenizers.Tokenizer` of the model at `name`: its folder's tokenizer.json (a
+    modformer model exported with `modformer convert --to ffn --hf` holds only that), or
+    the one behind its Hugging Face tokenizer."""
+    from pathlib import Path
+
     from transformers import AutoTokenizer
+
+    if (Path(name) / "tokenizer.json").is_file() and not (Path(name) / "tokenizer_config.json").is_file():
+        from tokenizers import Tokenizer
+
+        return Tokenizer.from_file(str(Path(name) / "tokenizer.json"))
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(name)

@@ -9,14 +9,18 @@ on random tokens, in float64.
 
 With `hf=True` (`--hf`) the result is written instead as a Hugging Face `LlamaForCausalLM`
 folder (`save_pretrained`): folding a gated (swiglu) knowledge model gives Llama's MLP with
-biases, so a Llama unfolded to the knowledge form comes back as a Llama. The folder is
-reloaded with transformers and its logits are the ones compared. A knowledge model has no
-Llama form, and a modformer checkpoint holds no tokenizer: copy it from the original model.
+biases, so a Llama unfolded to the knowledge form comes back as a Llama. A standard model is
+in FFN form already: `--to ffn --hf` exports it as it is (a modformer model pretrained here
+then serves as a Hugging Face student, `modformer modules`). The folder is reloaded with
+transformers and its logits are the ones compared. A run directory's tokenizer (a text
+task's `tokenizer/tokenizer.json`) is copied beside the weights; a knowledge model has no
+Llama form.
 """
 
 from __future__ import annotations
 
 import copy
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -96,8 +100,11 @@ def convert(source: str | Path, to: str, out: str | Path, *, threshold: str = "l
         converted, new_cfg = unfold_model(model, threshold=threshold), unfolded_config(cfg, threshold=threshold)
     else:
         if not hasattr(model, "knowledge"):
-            raise ModformerError(f"{source} has no knowledge layers to fold")
-        converted, new_cfg = fold_model(model), folded_config(cfg)
+            if not hf:
+                raise ModformerError(f"{source} has no knowledge layers to fold (--hf exports it as it is)")
+            converted, new_cfg = model, cfg
+        else:
+            converted, new_cfg = fold_model(model), folded_config(cfg)
     new_data = {**data, "model": to_dict(new_cfg)}
     check = build_model(config_from_dict(new_data).model, seed=0)
     load_model_state(check, converted.state_dict(), "the converted model")  # it loads as its config says
@@ -134,12 +141,21 @@ def _write_hf(model: Transformer, converted: Transformer, cfg, source: Path, out
         raise ModformerError(f"its FFNs fold to '{cfg.ffn}', and Llama's MLP is SwiGLU: only a knowledge model "
                              f"with model.knowledge.activation=swiglu has a Llama form")
     hf_model = to_hf_llama(converted, cfg)
+    run_dir = source if source.is_dir() else source.parent.parent  # RUN/checkpoints/step_N.safetensors
+    tokenizer = run_dir / "tokenizer" / "tokenizer.json"
+
+    def write(folder: Path) -> None:
+        hf_model.save_pretrained(folder)
+        if tokenizer.is_file():
+            shutil.copyfile(tokenizer, folder / "tokenizer.json")
+
     try:
-        atomic_write_folder(out, hf_model.save_pretrained)
+        atomic_write_folder(out, write)
     except OSError as e:
         raise ModformerError(f"cannot write {out}: {e.strerror or e}") from None
     reloaded, _ = from_hf_llama(load_hf_llama(out))
     difference = max_logit_difference(model, reloaded, seq_len=min(cfg.max_seq_len or 64, 64))
     return {"source": str(source), "to": "ffn (Hugging Face Llama folder)", "out": str(out),
+            "tokenizer": str(tokenizer) if tokenizer.is_file() else None,
             "max_logit_difference": difference, "parameters_before": sum(p.numel() for p in model.parameters()),
             "parameters_after": sum(p.numel() for p in hf_model.parameters())}
