@@ -3,6 +3,7 @@ tokenizer built here (no download); one slow test with the packaged SmolLM2."""
 
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
@@ -78,6 +79,35 @@ def test_a_run_does_not_depend_on_what_ran_before_it(prepared):
     assert logs[0] == logs[1] and run.model.bridges["input"].dropout > 0
 
 
+def test_a_stopped_run_continues_from_its_checkpoint_bit_for_bit(prepared, tmp_path):
+    """Stopped after step 5 with a save at step 4, a run started again continues from step 4:
+    its records and final weights equal an uninterrupted run's."""
+    cfg = copy.deepcopy(prepared.cfg)
+    cfg.train.steps, cfg.train.checkpoint_every, cfg.train.eval_every = 6, 2, 3
+
+    def train(records, checkpoint, stop_at=None):
+        def log(record):
+            records.append(record)
+            if record["step"] == stop_at:
+                raise KeyboardInterrupt
+        run = ArmRun(cfg, ARMS["teacher"], 0, prepared.data, prepared.teacher, prepared.pairing)
+        try:
+            run.train(log, checkpoint)
+        except KeyboardInterrupt:
+            pass
+        return run.model.state_dict()
+
+    whole: list = []
+    expected = train(whole, None)
+    stopped: list = []
+    train(stopped, tmp_path / "ckpt.safetensors", stop_at=5)
+    assert [r["step"] for r in stopped][-1] == 5 and (tmp_path / "ckpt.safetensors").is_file()
+    rest: list = []
+    final = train(rest, tmp_path / "ckpt.safetensors")
+    assert [r for r in stopped if r["step"] <= 4] + rest == whole
+    assert all(torch.equal(expected[k], v) for k, v in final.items())
+
+
 def test_distillation_and_random_states_use_the_teacher_as_specified(prepared):
     """Distillation's targets are the teacher's own next-token logits (its cached final states
     through its head); random states match the real ones' per-dimension scale, fixed per text."""
@@ -121,6 +151,7 @@ def test_experiment_runs_reports_and_continues_without_redoing_runs(tiny_teacher
     assert all(0 <= r["held_out_exact"] <= 1 and len(r["held_out_answers"]) == len(split["held_out"]) for r in results)
     report = write_modules_report(out).read_text()
     assert "| teacher | 1 |" in report and "| leaky | 1 |" in report and "leaky - causal" in report
+    assert not list(out.glob("runs/*/*/checkpoint.safetensors"))  # finished runs keep no checkpoint
     done = (out / "runs" / "teacher" / "seed_0" / "summary.json").stat().st_mtime_ns
     more = ModulesExperiment(tiny_config(tiny_teacher, "arms=[teacher]", "seeds=[0,1]"), out, echo=lambda *_: None).run()
     assert [(r["arm"], r["seed"]) for r in more] == [("teacher", 0), ("teacher", 1)]

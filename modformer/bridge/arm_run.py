@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -30,6 +31,8 @@ from ..errors import ModformerError, TrainingDiverged
 from ..evaluate import autocast
 from ..model.config import ModelConfig
 from ..tasks.base import IGNORE
+from ..train.checkpoint import (load_model_state, load_optimizer_tensors, read_checkpoint, restore_rng,
+                                save_checkpoint)
 from ..train.config import TrainConfig
 from ..train.optim import learning_rate
 from ..variants import build_model
@@ -154,24 +157,33 @@ class ArmRun:
                                    "weight_decay": tc.weight_decay if decay else 0.0})
         return torch.optim.AdamW(groups, betas=(0.9, 0.95), fused=True)
 
-    def train(self, log: Callable[[dict[str, Any]], None]) -> tuple[float, dict[str, float]]:
+    def train(self, log: Callable[[dict[str, Any]], None], checkpoint: Path | None = None) -> tuple[float, dict[str, float]]:
         """Train for `train.steps`; `log` receives the training and evaluation records.
         Returns the mean training loss of the last logging window and the last held-out scores.
 
         Dropout draws from torch's global generator, seeded here from the run's seed: a run is
-        a function of (config, arm, seed), never of what ran before it in the process."""
+        a function of (config, arm, seed), never of what ran before it in the process. With
+        `checkpoint` (a file), the state is saved there every `train.checkpoint_every` steps and
+        a run that finds one continues from it, bit for bit as if it had not stopped."""
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed)
-            return self._train(log)
+            return self._train(log, checkpoint)
 
-    def _train(self, log: Callable[[dict[str, Any]], None]) -> tuple[float, dict[str, float]]:
+    def _train(self, log: Callable[[dict[str, Any]], None], checkpoint: Path | None) -> tuple[float, dict[str, float]]:
         tc = self.cfg.train
         schedule = TrainConfig(lr=1.0, steps=tc.steps, warmup_steps=tc.warmup_steps, min_lr_ratio=0.1)
         optimizer = self.optimizer()
         params = [p for g in optimizer.param_groups for p in g["params"]]
-        window, last, scores = [], math.nan, {}
+        names = {p: n for n, p in self.model.named_parameters() if p.requires_grad}
+        start, window, last, scores = 0, [], math.nan, {}
+        if checkpoint is not None and checkpoint.is_file():
+            saved = read_checkpoint(checkpoint)
+            load_model_state(self.model, saved.model, checkpoint)
+            load_optimizer_tensors(optimizer, names, saved.optimizer)
+            restore_rng(saved.rng)
+            start, window, last, scores = saved.step, saved.meta["window"], saved.meta["last"], saved.meta["scores"]
         self.model.train()
-        for step in range(tc.steps):
+        for step in range(start, tc.steps):
             batch = self.data.train_batch(self.seed, step, tc.batch_size, self.cfg.data.task_fraction)
             for group in optimizer.param_groups:
                 group["lr"] = group["base_lr"] * learning_rate(step, schedule)
@@ -194,6 +206,9 @@ class ArmRun:
             if done % tc.eval_every == 0 or done == tc.steps:
                 scores = self.answer_scores(self.data.held, "held_out")
                 log({"kind": "eval", "step": done, **scores})
+            if checkpoint is not None and tc.checkpoint_every and done % tc.checkpoint_every == 0 and done < tc.steps:
+                save_checkpoint(checkpoint, done, self.model, optimizer,
+                                {"window": window, "last": last, "scores": scores})
         return last, scores
 
     # -- scores ----------------------------------------------------------------------------
@@ -217,11 +232,12 @@ def exact_match(answers: list[str], expected: list[str]) -> float:
 
 
 def run_arm(cfg: ModulesConfig, arm: Arm, seed: int, data: ModulesData, teacher: TeacherParts, pairing,
-            extract: Callable[[str], str], log: Callable[[dict[str, Any]], None], eval_items: int) -> dict[str, Any]:
-    """Train and score one (arm, seed); returns its summary."""
+            extract: Callable[[str], str], log: Callable[[dict[str, Any]], None], eval_items: int,
+            checkpoint: Path | None = None) -> dict[str, Any]:
+    """Train (continuing from `checkpoint` if it exists) and score one (arm, seed); returns its summary."""
     started = time.perf_counter()
     run = ArmRun(cfg, arm, seed, data, teacher, pairing)
-    train_loss, final = run.train(log)  # final: the held-out scores after the last step
+    train_loss, final = run.train(log, checkpoint)  # final: the held-out scores after the last step
     held = list(range(len(data.held)))
     seen = np.random.default_rng([seed, 0x5EE]).permutation(len(data.train))[:eval_items].tolist()
     held_answers = [extract(text) for text in generate(run, data.held, held)]

@@ -3,12 +3,14 @@
     OUT/config.yaml             the resolved config
     OUT/split.json              the task's training and held-out items (and what the teacher knew)
     OUT/student_tokenizer/      the student's BPE, when student.tokenizer is bpe:N
-    OUT/runs/ARM/seed_S/        metrics.jsonl and summary.json of each run
+    OUT/runs/ARM/seed_S/        metrics.jsonl and summary.json of each run (and, while it trains,
+                                checkpoint.safetensors: a stopped run continues from there)
     OUT/results.jsonl           one line per finished run
     OUT/report.md, curves.png   written by `modules_report`
 
-A finished run (its summary.json exists) is never redone: run the same command again to
-continue a stopped experiment. Teacher states are cached once per (teacher, layer, texts)
+A finished run (its summary.json exists) is never redone and a stopped one continues from its
+last checkpoint: run the same command again to continue a stopped experiment. Teacher
+states are cached once per (teacher, layer, texts)
 under the modformer cache folder and shared by every arm, seed and later experiment.
 """
 
@@ -27,7 +29,7 @@ import yaml
 from ..configtools import from_dict, to_dict
 from ..data.tokenizer import load_tokenizer, train_bpe
 from ..errors import ModformerError
-from ..train.checkpoint import atomic_write_text
+from ..train.checkpoint import atomic_write_text, read_checkpoint
 from ..train.records import MetricsLog
 from .arm_run import TeacherParts, run_arm
 from .arms import ARMS
@@ -172,12 +174,15 @@ class ModulesExperiment:
                 if (folder / "summary.json").exists():
                     continue
                 folder.mkdir(parents=True, exist_ok=True)
+                checkpoint = folder / "checkpoint.safetensors"
+                resumed = read_checkpoint(checkpoint).step if checkpoint.is_file() else 0
                 log = MetricsLog(folder / "metrics.jsonl")
-                log.keep(lambda r: False)  # what a killed run logged is redone
-                self.echo(f"{arm_name} seed {seed}: training")
+                log.keep(lambda r: r["step"] <= resumed)  # what a stopped run logged after its last save is redone
+                self.echo(f"{arm_name} seed {seed}: training" + (f" from step {resumed}" if resumed else ""))
                 result = {"arm": arm_name, **run_arm(self.cfg, ARMS[arm_name], seed, self.data, self.teacher,
-                                                     self.pairing, self.extract, log.append, EVAL_ITEMS)}
+                                                     self.pairing, self.extract, log.append, EVAL_ITEMS, checkpoint)}
                 atomic_write_text(folder / "summary.json", json.dumps(result, indent=1) + "\n")
+                checkpoint.unlink(missing_ok=True)  # the run is done: its summary and metrics are what is kept
                 self.echo(f"{arm_name} seed {seed}: held-out exact match {result['held_out_exact']:.3f}, training "
                           f"items {result['train_exact']:.3f}, held-out answer loss "
                           f"{result['held_out_answer_loss']:.3f} ({result['seconds']:.0f} s)")

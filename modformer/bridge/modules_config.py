@@ -99,6 +99,8 @@ class ArmTrainSection:
     distill_temperature: float = option(1.0, "distill arm: softmax temperature T")
     eval_every: int = option(100, "teacher-forced held-out loss every this many steps (and at the end)")
     log_every: int = option(10, "training-loss records every this many steps")
+    checkpoint_every: int = option(100, "save a run's state every this many steps (0: never); a stopped run "
+                                        "continues from its last save, bit for bit")
     max_new_tokens: int = option(4, "greedy generation length when scoring exact match")
     precision: str = option("fp32", "the student's training steps: fp32, or bf16 autocast (weights stay fp32)")
     threads: int | None = option(None, "CPU threads for torch; null leaves torch's default")
