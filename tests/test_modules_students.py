@@ -158,6 +158,7 @@ def test_a_modformer_model_pretrained_here_is_exported_and_fine_tuned_as_a_stude
     exported with `modformer convert --to ffn --hf` (its tokenizer copied), read by
     `modformer modules` as a pretrained Hugging Face student with its own tokenizer."""
     from modformer.bridge.experiment import ModulesExperiment
+    from modformer.bridge.modules_report import write_modules_report
     from modformer.cli import main
     from modformer.config import load_config
     from modformer.train.trainer import Trainer
@@ -181,3 +182,5 @@ def test_a_modformer_model_pretrained_here_is_exported_and_fine_tuned_as_a_stude
     assert all(torch.equal(exported[k], v) for k, v in alone.model.model.state_dict().items())
     results = experiment.run()
     assert [r["arm"] for r in results] == ["alone", "scratch"]
+    report = write_modules_report(tmp_path / "out").read_text()
+    assert "(pretrained, fine-tuned), reading with its own tokenizer" in report and "fine-tuned - scratch" in report

@@ -39,6 +39,20 @@ def _paired(a: list[dict[str, Any]], b: list[dict[str, Any]], key: str) -> str:
     return summarize(diffs).format(3) if diffs else "no common seed"
 
 
+def _student(cfg: dict[str, Any]) -> str:
+    """The student in words (configs saved before a field existed read as its default)."""
+    s = cfg["student"]
+    model = s.get("model", "modformer")
+    tokenizer = s.get("tokenizer") or ("teacher" if model == "modformer" else "own")
+    if model == "modformer":
+        what = f"student {s['n_layers']} layers, {s['embeddings']} embeddings"
+    else:
+        what = f"student {model} ({'pretrained, fine-tuned' if s.get('pretrained', True) else 'fresh weights'})"
+    reads = {"teacher": "the teacher's tokenizer", "own": "its own tokenizer"}.get(
+        tokenizer, f"its own {tokenizer[4:]}-token BPE" if tokenizer.startswith("bpe:") else f"the tokenizer {tokenizer}")
+    return f"{what}, reading with {reads}"
+
+
 def write_modules_report(out: str | Path) -> Path:
     out = Path(out)
     cfg = yaml.safe_load((out / "config.yaml").read_text())
@@ -50,8 +64,7 @@ def write_modules_report(out: str | Path) -> Path:
                  f"corpus: {cfg['data']['corpus']} ({cfg['data']['corpus_rows']} texts, {cfg['data']['task_fraction']:.0%} "
                  f"of each batch from the task); loss on the {cfg['data']['loss_on']}; {cfg['train']['steps']} steps of "
                  f"{cfg['train']['batch_size']}; student lr {cfg['train']['student_lr']}, bridge lr "
-                 f"{cfg['train']['bridge_lr']}; bridges at {', '.join(cfg['bridge']['places'])}; student "
-                 f"{cfg['student']['n_layers']} layers, {cfg['student']['embeddings']} embeddings.",
+                 f"{cfg['train']['bridge_lr']}; bridges at {', '.join(cfg['bridge']['places'])}; {_student(cfg)}.",
              "", "Mean ± std [95% interval] over seeds. Exact match: the greedily generated answer (the student "
                  "reads the teacher's states of the text it has generated so far). Answer loss: teacher-forced "
                  "cross-entropy per answer token.", "",
@@ -73,6 +86,11 @@ def write_modules_report(out: str | Path) -> Path:
     if "alone" in by_arm and "teacher" in by_arm:
         lines.append(f"- held-out exact match, teacher - alone: "
                      f"{_paired(by_arm['teacher'], by_arm['alone'], 'held_out_exact')}")
+    if "alone" in by_arm and "scratch" in by_arm:
+        alone, scratch = by_arm["alone"], by_arm["scratch"]
+        lines += ["", "## What pretraining buys: the student fine-tuned against the same student from scratch", "",
+                  f"- held-out exact match, fine-tuned - scratch: {_paired(alone, scratch, 'held_out_exact')}",
+                  f"- held-out answer loss, fine-tuned - scratch: {_paired(alone, scratch, 'held_out_answer_loss')}"]
     if "leaky" in by_arm and "teacher" in by_arm:
         lines += ["", "## The leak: the reference's bridge against the causal one (paired by seed)", "",
                   f"- final training loss, leaky - causal: {_paired(by_arm['leaky'], by_arm['teacher'], 'train_loss')}",
