@@ -99,6 +99,9 @@ def cmd_convert(args: argparse.Namespace) -> int:
     print(f"converted {result['source']} to the {result['to']} form: {result['out']}\n"
           f"parameters {result['parameters_before']:,} -> {result['parameters_after']:,}; largest logit "
           f"difference on random tokens (float64, weights stored in float32): {result['max_logit_difference']:.3g}")
+    if "tokenizer" in result:
+        print("tokenizer: " + (", ".join(result["tokenizer"]) + " copied" if result["tokenizer"] else
+                               "none found beside the source; copy one into the folder before using it"))
     for i, errors in enumerate(result.get("layer_errors", [])):
         print(f"layer {i}: relative error " + ", ".join(f"{k} {v:.3g}" for k, v in errors.items()))
     if "task_before" in result:

@@ -162,6 +162,10 @@ def test_experiment_runs_reports_and_continues_without_redoing_runs(tiny_teacher
     ModulesExperiment(tiny_config(tiny_teacher, "arms=[teacher]"), out, echo=lambda *_: None).run()
     with pytest.raises(Exception, match="another config"):
         ModulesExperiment(tiny_config(tiny_teacher, "train.steps=4"), out, echo=lambda *_: None).run()
+    split["train"][0] = "The capital of Nowhere is Elsewhere"  # as if made by another version of the task
+    (out / "split.json").write_text(json.dumps(split))
+    with pytest.raises(Exception, match="other task texts"):
+        ModulesExperiment(tiny_config(tiny_teacher, "arms=[teacher]"), out, echo=lambda *_: None).run()
 
 
 def test_a_corpus_of_conversations_is_read_as_turns(tiny_teacher, tmp_path, monkeypatch):

@@ -184,3 +184,54 @@ def test_a_modformer_model_pretrained_here_is_exported_and_fine_tuned_as_a_stude
     assert [r["arm"] for r in results] == ["alone", "scratch"]
     report = write_modules_report(tmp_path / "out").read_text()
     assert "(pretrained, fine-tuned), reading with its own tokenizer" in report and "fine-tuned - scratch" in report
+
+
+def test_tied_hugging_face_student_checkpoints_and_restores(tmp_path):
+    """A student whose head is its embedding (one tensor under two names) saves and loads."""
+    from modformer.bridge.hf_student import HFStudent
+    from modformer.train.checkpoint import load_model_state, read_checkpoint, save_checkpoint
+
+    def student(seed):
+        torch.manual_seed(seed)
+        return HFStudent(transformers.LlamaForCausalLM(transformers.LlamaConfig(
+            vocab_size=40, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+            num_key_value_heads=2, tie_word_embeddings=True)))
+
+    saved, fresh = student(0), student(1)
+    save_checkpoint(tmp_path / "c.safetensors", 1, saved, None, {})
+    load_model_state(fresh, read_checkpoint(tmp_path / "c.safetensors").model, "c")
+    ids = torch.randint(0, 40, (2, 5))
+    assert torch.equal(fresh(ids), saved(ids))
+    assert fresh.model.lm_head.weight.data_ptr() == fresh.model.get_input_embeddings().weight.data_ptr()
+
+
+def test_generated_text_keeps_its_spaces_with_a_sentencepiece_style_student(tiny_teacher):
+    """A Metaspace decoder drops the leading space of a sequence decoded alone; the grown text
+    is decoded after the prompt, so it aligns exactly as the finished text does."""
+    import tokenizers
+
+    from modformer.bridge.facts import all_facts
+
+    tok = tokenizers.Tokenizer(tokenizers.models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.Metaspace()
+    tok.decoder = tokenizers.decoders.Metaspace()
+    tok.train_from_iterator([f.text for f in all_facts()],
+                            tokenizers.trainers.BpeTrainer(vocab_size=400, special_tokens=["<unk>"], show_progress=False))
+    teacher = transformers.AutoTokenizer.from_pretrained(tiny_teacher).backend_tokenizer
+    pairing = TwoTokenizers(tok, teacher)
+    prompt, text = "The capital of France is", "The capital of France is Paris"
+    prompt_ids, full = pairing.student_ids(prompt), pairing.encode(text)
+    assert full.student[:len(prompt_ids)] == prompt_ids and pairing.decode(full.student[len(prompt_ids):]) == "Paris"
+    grown = pairing.extend(prompt, prompt_ids, full.student[len(prompt_ids):])
+    assert (grown.teacher, grown.visible) == (full.teacher, full.visible)
+
+
+def test_a_bridge_the_student_cannot_take_fails_before_any_arm_trains(tiny_teacher, tmp_path, monkeypatch, capsys):
+    from modformer.cli import main
+
+    monkeypatch.setenv("MODFORMER_CACHE", str(tmp_path / "cache"))
+    cfg = tmp_path / "exp.yaml"
+    cfg.write_text(tiny_config(tiny_teacher, "bridge.places=[block_9]", "arms=[alone,teacher]").to_yaml())
+    assert main(["modules", str(cfg), "--out", str(tmp_path / "out")]) == 2
+    assert "bridge: bridge place must be" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "runs").exists()

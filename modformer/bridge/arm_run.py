@@ -76,8 +76,11 @@ def build_student(cfg: ModulesConfig, arm: Arm, seed: int, data: ModulesData, te
         return student
     with torch.random.fork_rng(devices=[]):  # the bridges' init depends on the seed, not on what ran before
         torch.manual_seed(seed)
-        bridged = BridgedStudent(student, teacher.width, cfg.bridge.places, n_heads=cfg.bridge.n_heads,
-                                 dropout=cfg.bridge.dropout, adapter_bottleneck=cfg.bridge.adapter_bottleneck)
+        try:
+            bridged = BridgedStudent(student, teacher.width, cfg.bridge.places, n_heads=cfg.bridge.n_heads,
+                                     dropout=cfg.bridge.dropout, adapter_bottleneck=cfg.bridge.adapter_bottleneck)
+        except ValueError as e:  # a place the student lacks, heads that do not divide its width
+            raise ModformerError(f"bridge: {e}") from None
     return bridged
 
 
@@ -86,7 +89,8 @@ def _modformer_student(cfg: ModulesConfig, seed: int, data: ModulesData, teacher
     sc = cfg.student
     d_model = teacher.width if sc.embeddings == "teacher" else sc.d_model
     if d_model % sc.n_heads or (d_model // sc.n_heads) % 2:
-        raise ValueError(f"student.n_heads={sc.n_heads} must divide the student width {d_model} into even head widths")
+        raise ModformerError(f"student.n_heads={sc.n_heads} must divide the student width {d_model} into even head "
+                             f"widths")
     model_cfg = ModelConfig(vocab_size=data.vocab.size, d_model=d_model, n_layers=sc.n_layers, n_heads=sc.n_heads,
                             d_ff=sc.d_ff, max_seq_len=longest, tie_embeddings=True)
     student = build_model(model_cfg, seed)

@@ -27,11 +27,11 @@ import torch
 import yaml
 
 from ..configtools import from_dict, to_dict
-from ..data.tokenizer import load_tokenizer, train_bpe
+from ..data.tokenizer import TextTokenizer, load_tokenizer, train_bpe
 from ..errors import ModformerError
-from ..train.checkpoint import atomic_write_text, read_checkpoint
+from ..train.checkpoint import atomic_write_folder, atomic_write_text, read_checkpoint
 from ..train.records import MetricsLog
-from .arm_run import TeacherParts, run_arm
+from .arm_run import TeacherParts, build_student, run_arm
 from .arms import ARMS
 from .cache import TeacherStateCache, fingerprint
 from .dataset import ModulesData, Vocabulary, encode_corpus, encode_items
@@ -55,8 +55,9 @@ class ModulesExperiment:
         if saved.exists():
             try:  # read with today's defaults: a field added since then, at its default, is no change
                 before = to_dict(from_dict(ModulesConfig, yaml.safe_load(saved.read_text())))
-            except (ModformerError, yaml.YAMLError, TypeError):
-                before = {}
+            except (ModformerError, yaml.YAMLError, TypeError) as e:
+                raise ModformerError(f"{saved} cannot be read as an experiment config ({e}); choose another "
+                                     f"--out") from None
             now = to_dict(self.cfg)
             # More arms or seeds may be added to a stopped or finished experiment; nothing else may change.
             same = {k: v for k, v in before.items() if k not in ("arms", "seeds")} == \
@@ -81,9 +82,13 @@ class ModulesExperiment:
         train, held = split_items(items, cfg.data.held_out, cfg.data.split_seed)
         if len(held) > EVAL_ITEMS:  # thousands of sums: score a fixed sample
             held = random.Random(cfg.data.split_seed).sample(held, EVAL_ITEMS)
-        atomic_write_text(self.out / "split.json", json.dumps({
-            "task": cfg.data.task, "items": len(items), "train": [i.text for i in train],
-            "held_out": [i.text for i in held]}, indent=1) + "\n")
+        split = {"task": cfg.data.task, "items": len(items), "train": [i.text for i in train],
+                 "held_out": [i.text for i in held]}
+        saved = self.out / "split.json"
+        if saved.is_file() and json.loads(saved.read_text()) != split:  # texts of another modformer version
+            raise ModformerError(f"{self.out} was started with other task texts than this modformer makes; "
+                                 f"choose another --out")
+        atomic_write_text(saved, json.dumps(split, indent=1) + "\n")
         texts = [] if cfg.data.corpus is None else load_corpus(cfg.data.corpus, cfg.data.corpus_rows, cfg.data.split_seed,
                                                                cfg.data.corpus_column)
         self.pairing, size = self._pairing([i.text for i in train] + texts)
@@ -117,8 +122,12 @@ class ModulesExperiment:
             student = load_student_tokenizer(self.cfg.student.model)
             return TwoTokenizers(student, self.tokenizer.backend_tokenizer), student.get_vocab_size(with_added_tokens=True)
         if spec.startswith("bpe:"):
-            trained = train_bpe(training_texts, int(spec[4:]))
-            trained.save(self.out / "student_tokenizer")  # for reading the runs' outputs later
+            folder = self.out / "student_tokenizer"  # kept: a continued experiment reads with the same one
+            if (folder / "special.json").is_file():
+                trained = TextTokenizer.load(folder)
+            else:
+                trained = train_bpe(training_texts, int(spec[4:]))
+                atomic_write_folder(folder, trained.save)
         else:
             trained = load_tokenizer(spec, key="student.tokenizer")
         return TwoTokenizers(trained.tokenizer, self.tokenizer.backend_tokenizer), trained.vocab_size
@@ -168,6 +177,9 @@ class ModulesExperiment:
     def run(self) -> list[dict[str, Any]]:
         """Every (arm, seed) not yet finished; returns every finished run's result."""
         self.prepare()
+        bridged = [a for a in self.cfg.arms if ARMS[a].bridged]
+        if bridged:  # a bridge that cannot be built fails now, not after the other arms have trained
+            build_student(self.cfg, ARMS[bridged[0]], self.cfg.seeds[0], self.data, self.teacher)
         for arm_name in self.cfg.arms:
             for seed in self.cfg.seeds:
                 folder = self.out / "runs" / arm_name / f"seed_{seed}"

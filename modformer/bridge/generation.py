@@ -97,7 +97,9 @@ def _greedy(run: ArmRun, rows: Rows, part: list[int]) -> list[list[int]]:
             texts = [run.pairing.extend(t, p, n) for t, p, n in zip(prompt_texts, prompts, new)]
             visible = as_tensor([leaky(e) if run.arm.visibility == "leaky" else e.visible for e in texts])
             states = _read(run, live, texts, [rows.first + i for i in part])
-        nxt = run.data.vocab.to_tokenizer(run.forward(ids, states, visible)[:, -1].argmax(-1))
+        logits = run.forward(ids, states, visible)[:, -1]
+        logits[:, run.data.vocab.size:] = -float("inf")  # rows past the tokenizer's ids (a padded embedding)
+        nxt = run.data.vocab.to_tokenizer(logits.argmax(-1))
         for n, token in zip(new, nxt.tolist()):
             n.append(token)
     return new

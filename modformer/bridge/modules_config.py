@@ -140,6 +140,7 @@ class ModulesConfig:
                  self.data.max_tokens, self.data.arithmetic_digits, self.teacher.batch_size) >= 1,
              "sizes, steps and counts must be positive"),
             (min(self.train.student_lr, self.train.bridge_lr) > 0, "learning rates must be positive"),
+            (self.train.checkpoint_every >= 0, "train.checkpoint_every must be 0 (never) or positive"),
             (0 <= self.train.distill_weight <= 1, "train.distill_weight must lie in [0, 1]"),
             (bool(self.seeds) and len(set(self.seeds)) == len(self.seeds), "seeds must be a non-empty list without repeats"),
             (bool(self.arms) and len(set(self.arms)) == len(self.arms), "arms must be a non-empty list without repeats"),

@@ -90,13 +90,17 @@ class TwoTokenizers:
 
     def extend(self, prompt: str, prompt_ids: list[int], new_ids: list[int]) -> Encoded:
         """The prompt (tokenized as `prompt_ids`) followed by generated student tokens: the
-        teacher tokenizes the whole text again; generated token k ends where the decoded
-        text of the first k + 1 of them ends."""
+        teacher tokenizes the whole text again; generated token k ends where the text of the
+        first k + 1 of them ends. That text is decoded after the prompt's tokens, since some
+        decoders (SentencePiece's) drop a leading space of a sequence decoded alone."""
         prompt_ends = [end for _, end in self.student.encode(prompt).offsets]
         if len(prompt_ends) != len(prompt_ids):
             raise ValueError("the prompt ids are not the student tokenizer's split of the prompt")
-        ends = prompt_ends + [len(prompt) + len(self.decode(new_ids[:k + 1])) for k in range(len(new_ids))]
-        text = prompt + self.decode(new_ids)
+        base = self.decode(prompt_ids)
+        grown = [self.decode([*prompt_ids, *new_ids[:k + 1]]) for k in range(len(new_ids))]
+        tails = [g[len(base):] if g.startswith(base) else self.decode(new_ids[:k + 1]) for k, g in enumerate(grown)]
+        ends = prompt_ends + [len(prompt) + len(t) for t in tails]
+        text = prompt + (tails[-1] if tails else "")
         t = self.teacher.encode(text)
         visible = offset_visibility([[(0, e) for e in ends]], [t.offsets], len(ends))[0]
         return Encoded([*prompt_ids, *new_ids], list(t.ids), visible.tolist())

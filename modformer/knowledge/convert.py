@@ -132,6 +132,17 @@ def _task_metrics(models: list[Transformer], data: dict[str, Any]) -> list[dict[
     return [{"loss": r["loss"], "accuracy": r["accuracy"]} for r in results]
 
 
+def _tokenizer_files(source: Path) -> list[Path]:
+    """The tokenizer that goes with `source`: a Hugging Face folder's own files, or the
+    tokenizer.json of a run directory (`source` itself, or RUN/checkpoints/step_N.safetensors)."""
+    if (source / "config.json").is_file():
+        names = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model")
+        return [source / n for n in names if (source / n).is_file()]
+    run_dir = source if source.is_dir() else source.parent.parent if source.parent.name == "checkpoints" else None
+    found = None if run_dir is None else run_dir / "tokenizer" / "tokenizer.json"
+    return [found] if found is not None and found.is_file() else []
+
+
 def _write_hf(model: Transformer, converted: Transformer, cfg, source: Path, out: Path) -> dict[str, Any]:
     """Save `converted` as a LlamaForCausalLM folder (written beside, then renamed into place),
     reload it, and compare its logits with `model`'s."""
@@ -141,13 +152,12 @@ def _write_hf(model: Transformer, converted: Transformer, cfg, source: Path, out
         raise ModformerError(f"its FFNs fold to '{cfg.ffn}', and Llama's MLP is SwiGLU: only a knowledge model "
                              f"with model.knowledge.activation=swiglu has a Llama form")
     hf_model = to_hf_llama(converted, cfg)
-    run_dir = source if source.is_dir() else source.parent.parent  # RUN/checkpoints/step_N.safetensors
-    tokenizer = run_dir / "tokenizer" / "tokenizer.json"
+    tokenizer = _tokenizer_files(source)
 
     def write(folder: Path) -> None:
         hf_model.save_pretrained(folder)
-        if tokenizer.is_file():
-            shutil.copyfile(tokenizer, folder / "tokenizer.json")
+        for file in tokenizer:
+            shutil.copyfile(file, folder / file.name)
 
     try:
         atomic_write_folder(out, write)
@@ -156,6 +166,6 @@ def _write_hf(model: Transformer, converted: Transformer, cfg, source: Path, out
     reloaded, _ = from_hf_llama(load_hf_llama(out))
     difference = max_logit_difference(model, reloaded, seq_len=min(cfg.max_seq_len or 64, 64))
     return {"source": str(source), "to": "ffn (Hugging Face Llama folder)", "out": str(out),
-            "tokenizer": str(tokenizer) if tokenizer.is_file() else None,
+            "tokenizer": [str(f) for f in tokenizer] or None,
             "max_logit_difference": difference, "parameters_before": sum(p.numel() for p in model.parameters()),
             "parameters_after": sum(p.numel() for p in hf_model.parameters())}

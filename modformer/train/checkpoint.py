@@ -138,7 +138,13 @@ def restore_rng(rng: dict[str, torch.Tensor]) -> None:
 def save_checkpoint(path: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer | None,
                     meta: dict[str, Any]) -> None:
     names = {p: n for n, p in model.named_parameters()}
-    tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    tensors, stored = {}, set()
+    for k, v in model.state_dict().items():
+        v = v.detach().cpu().contiguous()
+        # Tied weights are one tensor under two names (a Hugging Face model's embedding and
+        # head); safetensors refuses shared memory, so the second name gets its own copy.
+        tensors[f"model.{k}"] = v.clone() if v.untyped_storage().data_ptr() in stored else v
+        stored.add(v.untyped_storage().data_ptr())
     if optimizer is not None:
         tensors.update({f"optim.{k}": v for k, v in optimizer_tensors(optimizer, names).items()})
     tensors.update(rng_tensors())
