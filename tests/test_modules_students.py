@@ -11,7 +11,8 @@ import torch
 from modformer.bridge.arm_run import ArmRun
 from modformer.bridge.arms import ARMS
 from modformer.bridge.generation import LiveTeacher
-from modformer.bridge.pairing import TwoTokenizers, as_tensor
+from modformer.bridge.pairing import TwoTokenizers, as_tensor, key_mask
+from modformer.bridge.teacher import Teacher
 from modformer.data.tokenizer import train_bpe
 from modformer.errors import ConfigError
 from modules_fixtures import CORPUS, tiny_config
@@ -47,23 +48,33 @@ def prepared(cfg, tmp_path, monkeypatch):
     return experiment
 
 
-def test_own_tokenizer_rows_read_only_teacher_tokens_that_end_before_them(tiny_teacher, tmp_path, monkeypatch):
-    """Every row of every group: student position i reads exactly the teacher tokens whose
-    text ends at or before student token i ends; a generated continuation re-aligned by
-    `extend` gets the same visibility as the finished text."""
+def test_own_tokenizer_positions_read_exactly_the_teachers_states_of_their_text(tiny_teacher, tmp_path, monkeypatch):
+    """Every held-out row: student position i reads the teacher's tokens of text[:end_i] as the
+    teacher tokenizes that text alone (the whole text's shared prefix, then a tail), never a
+    token ending after end_i; the cached keys are the teacher's own states of that text; a
+    generated continuation re-aligned by `extend` gets the same alignment as the finished text."""
     exp = prepared(tiny_config(tiny_teacher, *OWN), tmp_path, monkeypatch)
     pairing = exp.pairing
     assert isinstance(pairing, TwoTokenizers) and (tmp_path / "out" / "student_tokenizer" / "tokenizer.json").is_file()
-    for item in exp.data.held.items:
-        s, t = pairing.student.encode(item.text), pairing.teacher.encode(item.text)
-        enc = pairing.encode(item.text)
+    teacher = Teacher(exp.teacher.model, exp.teacher.layer)
+    rows = list(range(len(exp.data.held)))
+    batch = exp.data.batch(exp.data.held, rows, answer_only=True)
+    keys, mask = exp.data.states(batch), batch.visibility(leaky=False)
+    tails = 0
+    for b, (item, enc) in enumerate(zip(exp.data.held.items, exp.data.held.texts)):
+        ends = [end for _, end in pairing.student.encode(item.text).offsets]
         assert enc.student != enc.teacher  # two tokenizers for real
-        for (_, s_end), visible in zip(s.offsets, enc.visible):
-            assert all(end <= s_end for _, end in t.offsets[:visible])
-            assert visible == len(t.offsets) or t.offsets[visible][1] > s_end
+        for i, end in enumerate(ends):
+            own = pairing.teacher.encode(item.text[:end]).ids
+            assert enc.teacher[:enc.visible[i]] + enc.tails[i] == own
+            tails += bool(enc.tails[i])
+            if own:  # the keys position i reads are the teacher's states of its own text
+                expected = teacher(torch.tensor([own]))[0]
+                assert torch.allclose(keys[b][mask[b, i]], expected, atol=1e-5)
         prompt_ids = pairing.student_ids(item.prompt)
         grown = pairing.extend(item.prompt, prompt_ids, enc.student[len(prompt_ids):])
-        assert (grown.student, grown.teacher, grown.visible) == (enc.student, enc.teacher, enc.visible)
+        assert grown == enc
+    assert tails > 0  # the student splits words the teacher keeps whole: tails are exercised
 
 
 def test_own_tokenizer_bridge_is_causal_and_the_leaky_one_is_not(tiny_teacher, tmp_path, monkeypatch):
@@ -77,10 +88,9 @@ def test_own_tokenizer_bridge_is_causal_and_the_leaky_one_is_not(tiny_teacher, t
     for arm, same in (("teacher", True), ("leaky", False)):
         run = ArmRun(exp.cfg, ARMS[arm], 0, exp.data, exp.teacher, exp.pairing)
         run.model.eval()
-        states = LiveTeacher(exp.teacher).read([t.teacher for t in texts])
-        visible = as_tensor([t.visible if same else [len(t.teacher)] * len(t.student) for t in texts])
+        states = LiveTeacher(exp.teacher).keys(texts)
         ids = exp.data.vocab.to_model(as_tensor([t.student for t in texts]))
-        logits = run.forward(ids, states, visible)
+        logits = run.forward(ids, states, key_mask(texts, leaky=not same))
         assert torch.allclose(logits[0, :n], logits[1, :n], atol=1e-5) == same, arm
 
 

@@ -106,12 +106,13 @@ class ArmRun:
         self.cfg, self.arm, self.seed, self.data, self.teacher, self.pairing = cfg, arm, seed, data, teacher, pairing
         self.model = build_student(cfg, arm, seed, data, teacher)
         # The random arm's noise has one length, so that a text gets the same noise in every
-        # batch; with its own tokenizer a generated student token may span several teacher ones.
-        self.noise_len = data.longest_teacher + cfg.train.max_new_tokens * (1 if pairing.shared else 16)
+        # batch; with its own tokenizer a generated student token may bring several teacher
+        # states and a tail.
+        self.noise_len = data.most_keys + cfg.train.max_new_tokens * (1 if pairing.shared else 48)
 
     # -- the forward pass ------------------------------------------------------------------
     def forward(self, ids: torch.Tensor, states: torch.Tensor | None, visible: torch.Tensor | None) -> torch.Tensor:
-        """ids (B, S) student rows, states (B, U, d_t), visible (B, S) -> logits (B, S, V);
+        """ids (B, S) student rows, states (B, K, d_t), visible (B, S, K) bool -> logits (B, S, V);
         arms without a bridge ignore `states` and `visible`."""
         return self.model(ids, states, visible) if self.arm.bridged else self.model(ids)
 
@@ -119,8 +120,7 @@ class ArmRun:
         """(B, S, V) logits of a batch of rows, its bridges reading its cached states or noise."""
         if not self.arm.bridged:
             return self.model(batch.ids)
-        states = (self.noise(batch.rows, int(batch.teacher_lengths.max())) if self.arm.reads == "random"
-                  else self.data.states(batch))
+        states = self.noise(batch.rows, batch.keys) if self.arm.reads == "random" else self.data.states(batch)
         return self.model(batch.ids, states, batch.visibility(self.arm.visibility == "leaky"))
 
     def noise(self, rows: list[int], length: int) -> torch.Tensor:

@@ -30,11 +30,14 @@ DTYPES = ("float32", "bf16")
 CACHE_FILES = {"index.json", "states.npy"}
 
 
-def fingerprint(teacher_name: str, layer: int, dtype: str, rows: Sequence[torch.Tensor]) -> str:
+def fingerprint(teacher_name: str, layer: int, dtype: str, rows: Sequence[torch.Tensor],
+                keep: Sequence[int | None] | None = None) -> str:
     h = hashlib.sha256(f"{teacher_name}|{layer}|{dtype}|{len(rows)}".encode())
     for row in rows:
         h.update(np.asarray(row.cpu(), dtype=np.int64).tobytes())
         h.update(b"|")
+    if keep is not None:
+        h.update(json.dumps(list(keep)).encode())
     return h.hexdigest()[:32]
 
 
@@ -59,19 +62,23 @@ class TeacherStateCache:
 
     @classmethod
     def build(cls, teacher, teacher_name: str, rows: Sequence[torch.Tensor], folder: str | Path, *,
-              dtype: str = "float32", batch_size: int = 8) -> "TeacherStateCache":
+              dtype: str = "float32", batch_size: int = 8,
+              keep: Sequence[int | None] | None = None) -> "TeacherStateCache":
         """The cache of `teacher`'s states for `rows` (1-d token-id tensors) in `folder`:
-        read if it holds these exact rows for this teacher and layer, else computed and written."""
+        read if it holds these exact rows for this teacher and layer, else computed and written.
+        `keep[i]`, when given and not None, stores only the last keep[i] states of row i (the
+        tail of a prefix whose other states the cache holds already)."""
         if dtype not in DTYPES:
             raise ModformerError(f"teacher cache dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
         folder = Path(folder)
-        key = fingerprint(teacher_name, teacher.layer, dtype, rows)
+        key = fingerprint(teacher_name, teacher.layer, dtype, rows, keep)
         found = cls._open(folder, key)
         if found is not None:
             return found
         if folder.exists() and (not folder.is_dir() or set(p.name for p in folder.iterdir()) - CACHE_FILES):
             raise ModformerError(f"{folder} exists and is not a teacher-state cache; choose another folder")
-        lengths = [len(r) for r in rows]
+        kept = [len(r) if keep is None or keep[i] is None else keep[i] for i, r in enumerate(rows)]
+        lengths = kept
         offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64) if rows else np.zeros(0, np.int64)
         index = {"fingerprint": key, "teacher": teacher_name, "layer": teacher.layer, "dtype": dtype,
                  "offsets": offsets.tolist(), "lengths": lengths}
@@ -89,9 +96,9 @@ class TeacherStateCache:
                     ids[i, :len(r)], mask[i, :len(r)] = r, 1
                 hidden = teacher(ids, mask).cpu()  # right padding: a causal teacher's real positions ignore it
                 for i, r in enumerate(batch):
-                    row = hidden[i, :len(r)]
+                    row = hidden[i, len(r) - kept[start + i]:len(r)]
                     o = offsets[start + i]
-                    states[o:o + len(r)] = (row.numpy() if dtype == "float32"
+                    states[o:o + len(row)] = (row.numpy() if dtype == "float32"
                                             else row.to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16))
             states.flush()
             del states

@@ -9,9 +9,9 @@ d_s) and teacher states t (B, U, d_t):
     g = sigmoid(W_g [h; a] + b_g)                             # a gate per feature
     out = g * a + (1 - g) * h
 
-Unlike the reference, attention is masked by a visibility tensor (see `alignment`): student
-position i reads only teacher positions below visible[b, i], so the bridge is causal unless
-a leaky visibility is passed on purpose. A position that may read nothing gets a = 0 before
+Unlike the reference, attention is masked by a visibility tensor (see `alignment` and
+`pairing`): student position i reads only teacher positions below visible[b, i] (or those
+a boolean mask allows), so the bridge is causal unless a leaky visibility is passed on purpose. A position that may read nothing gets a = 0 before
 the adapter (not a softmax over an empty set). With the gate's weights at zero and its bias
 at -inf, g = 0 and out = h exactly: the student alone.
 """
@@ -42,14 +42,18 @@ class EnhancedCrossAttention(nn.Module):
         self.gate = nn.Linear(2 * d_student, d_student)
 
     def forward(self, h: torch.Tensor, teacher: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
-        """h (B, S, d_s), teacher (B, U, d_t), visible (B, S) int64 -> (B, S, d_s)."""
+        """h (B, S, d_s), teacher (B, U, d_t), visible (B, S) int64 (position i reads teacher
+        states 0 .. visible[b, i] - 1) or (B, S, U) bool (which states it reads) -> (B, S, d_s)."""
         B, S, d = h.shape
         U = teacher.shape[1]
         heads = lambda x: x.view(B, -1, self.n_heads, d // self.n_heads).transpose(1, 2)  # noqa: E731
         q = heads(self.q_proj(self.student_norm(h)))
         t = self.teacher_norm(teacher)
         k, v = heads(self.k_proj(t)), heads(self.v_proj(t))
-        allowed = torch.arange(U, device=h.device)[None, None, :] < visible[:, :, None]  # (B, S, U)
+        if visible.dtype == torch.bool:
+            allowed = visible
+        else:
+            allowed = torch.arange(U, device=h.device)[None, None, :] < visible[:, :, None]  # (B, S, U)
         empty = ~allowed.any(-1, keepdim=True)  # (B, S, 1): nothing to read yet
         # An all-masked row would give NaN from the softmax: let it read everything, then zero it.
         mask = (allowed | empty)[:, None]  # (B, 1, S, U), broadcast over heads

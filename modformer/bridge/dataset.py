@@ -22,26 +22,29 @@ import torch
 from ..errors import ModformerError
 from ..tasks.base import IGNORE
 from .cache import TeacherStateCache
-from .pairing import Encoded, as_tensor
+from .pairing import Encoded, as_tensor, key_mask
 from .texts import Item
 
 
 @dataclass
 class Rows:
-    ids: list[list[int]]  # per row: (S,) student tokenizer ids
-    teacher_ids: list[list[int]]  # per row: (U,) teacher tokenizer ids (what the teacher-state cache holds)
-    visible: list[list[int]]  # per row: (S,) teacher states each student position may read (causal)
+    texts: list[Encoded]  # per row: student and teacher ids and which teacher states each position reads
     answer_start: list[int]  # per row: first scored student position of the answer (1 for corpus texts: all)
     first: int  # index of the first of these rows in the teacher-state cache
     items: list[Item] | None = None  # the task items (None for the corpus)
 
     def __len__(self) -> int:
-        return len(self.ids)
+        return len(self.texts)
 
+    @property
+    def ids(self) -> list[list[int]]:
+        """Per row: (S,) student tokenizer ids."""
+        return [e.student for e in self.texts]
 
-def _rows(encoded: list[Encoded], starts: list[int], first: int, items: list[Item] | None = None) -> Rows:
-    return Rows([e.student for e in encoded], [e.teacher for e in encoded], [e.visible for e in encoded], starts,
-                first, items)
+    @property
+    def teacher_ids(self) -> list[list[int]]:
+        """Per row: (U,) teacher ids of the whole text (what the teacher-state cache holds)."""
+        return [e.teacher for e in self.texts]
 
 
 def encode_items(pairing, items: list[Item], first: int) -> Rows:
@@ -55,13 +58,13 @@ def encode_items(pairing, items: list[Item], first: int) -> Rows:
                                  f"{item.prompt!r}: its answer cannot be scored on its own")
         encoded.append(enc)
         starts.append(len(prompt))
-    return _rows(encoded, starts, first, items)
+    return Rows(encoded, starts, first, items)
 
 
 def encode_corpus(pairing, texts: list[str], max_tokens: int, first: int) -> Rows:
     """Each text cut to its first `max_tokens` student tokens; one-token texts (nothing to predict) dropped."""
     encoded = [e for e in (pairing.cut(t, max_tokens) for t in texts) if len(e.student) >= 2]
-    return _rows(encoded, [1] * len(encoded), first)
+    return Rows(encoded, [1] * len(encoded), first)
 
 
 class Vocabulary:
@@ -94,13 +97,18 @@ class Vocabulary:
 class Batch:
     ids: torch.Tensor  # (B, S) student rows, right-padded with 0
     targets: torch.Tensor  # (B, S) next student row where scored, else IGNORE
-    visible: torch.Tensor  # (B, S) causal visibility of teacher states
-    teacher_lengths: torch.Tensor  # (B,) teacher states per row
+    texts: list[Encoded]  # per row: its alignment with the teacher
     rows: list[int]  # cache rows
 
     def visibility(self, leaky: bool) -> torch.Tensor:
-        """(B, S): causal, or every teacher state of the row (the reference's leak)."""
-        return self.teacher_lengths[:, None].expand_as(self.ids).clone() if leaky else self.visible
+        """(B, S, K) bool: the keys each position reads, causal or (`leaky`) the reference's
+        every state of the whole text (`pairing.key_mask`)."""
+        return key_mask(self.texts, leaky)
+
+    @property
+    def keys(self) -> int:
+        """K: teacher states of the widest row, tails included."""
+        return max(len(e.teacher) + sum(len(t) for t in e.tails or []) for e in self.texts)
 
 
 class ModulesData:
@@ -110,6 +118,14 @@ class ModulesData:
         self.train, self.corpus, self.held, self.vocab, self.loss_on = train, corpus, held, vocab, loss_on
         self.cache: TeacherStateCache | None = None
         self.final_cache: TeacherStateCache | None = None  # final-layer states, for distillation
+        # The cache holds every row's whole-text states, then the tails' (two tokenizers only).
+        texts = [e for g in self.groups for e in g.texts]
+        self.tail_rows: dict[int, list[int]] = {}
+        self.sequences: list[tuple[list[int], int | None]] = [(e.teacher, None) for e in texts]
+        for row, e in enumerate(texts):
+            for prefix, keep in e.tail_prefixes():
+                self.tail_rows.setdefault(row, []).append(len(self.sequences))
+                self.sequences.append((prefix, keep))
 
     @property
     def groups(self) -> list[Rows]:
@@ -117,18 +133,14 @@ class ModulesData:
         return [self.train, *([self.corpus] if self.corpus else []), self.held]
 
     @property
-    def teacher_rows(self) -> list[torch.Tensor]:
-        """Every row's teacher ids, in cache order."""
-        return [torch.tensor(r, dtype=torch.long) for g in self.groups for r in g.teacher_ids]
-
-    @property
     def longest(self) -> int:
         """Student tokens of the longest row."""
         return max(len(r) for g in self.groups for r in g.ids)
 
     @property
-    def longest_teacher(self) -> int:
-        return max(len(r) for g in self.groups for r in g.teacher_ids)
+    def most_keys(self) -> int:
+        """Keys (teacher states, tails included) of the row with most."""
+        return max(len(e.teacher) + sum(len(t) for t in e.tails or []) for g in self.groups for e in g.texts)
 
     def batch(self, group: Rows, indices: list[int], *, answer_only: bool) -> Batch:
         """Rows `indices` of `group`, scored on the answer only or on every next token."""
@@ -138,8 +150,7 @@ class ModulesData:
         for b, (i, length) in enumerate(zip(indices, lengths)):
             start = group.answer_start[i] if answer_only else 1
             targets[b, start - 1:length - 1] = ids[b, start:length]
-        return Batch(ids, targets, as_tensor([group.visible[i] for i in indices]),
-                     torch.tensor([len(group.teacher_ids[i]) for i in indices]), [group.first + i for i in indices])
+        return Batch(ids, targets, [group.texts[i] for i in indices], [group.first + i for i in indices])
 
     def train_batch(self, seed: int, step: int, size: int, task_fraction: float) -> Batch:
         """Training batch `step` of seed `seed`: a share `task_fraction` of task items, the rest corpus."""
@@ -153,16 +164,28 @@ class ModulesData:
         return concat(parts)
 
     def states(self, batch: Batch, final: bool = False) -> torch.Tensor:
-        """(B, U, d_teacher) cached teacher states of the batch's rows (final layer with `final`)."""
+        """(B, K, d_teacher) cached keys of the batch's rows: each row's whole-text teacher
+        states, then its tails' (the layout `pairing.key_mask` reads). `final`: the final
+        layer's states of the whole texts (the distill arm, which has no tails)."""
         cache = self.final_cache if final else self.cache
         if cache is None:
             raise RuntimeError("the teacher states have not been cached")
-        return cache.get(batch.rows)[0]
+        states = cache.get(batch.rows)[0]
+        if final or not any(r in self.tail_rows for r in batch.rows):
+            return states
+        out = torch.zeros(len(batch.rows), batch.keys, states.shape[-1])
+        for b, (row, e) in enumerate(zip(batch.rows, batch.texts)):
+            parts = [states[b, :len(e.teacher)]]
+            if row in self.tail_rows:
+                tails, lengths = cache.get(self.tail_rows[row])
+                parts += [t[:n] for t, n in zip(tails, lengths.tolist())]
+            keys = torch.cat(parts)
+            out[b, :len(keys)] = keys
+        return out
 
 
 def concat(parts: list[Batch]) -> Batch:
     width = max(p.ids.shape[1] for p in parts)
     pad = lambda t, value: torch.nn.functional.pad(t, (0, width - t.shape[1]), value=value)  # noqa: E731
     return Batch(torch.cat([pad(p.ids, 0) for p in parts]), torch.cat([pad(p.targets, IGNORE) for p in parts]),
-                 torch.cat([pad(p.visible, 0) for p in parts]), torch.cat([p.teacher_lengths for p in parts]),
-                 [r for p in parts for r in p.rows])
+                 [e for p in parts for e in p.texts], [r for p in parts for r in p.rows])

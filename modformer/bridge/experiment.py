@@ -153,14 +153,16 @@ class ModulesExperiment:
 
     def _cache(self, model, layer: int) -> TeacherStateCache:
         cfg = self.cfg
-        rows = self.data.teacher_rows
-        key = fingerprint(cfg.teacher.name, layer, cfg.teacher.cache_dtype, rows)
+        rows = [torch.tensor(ids, dtype=torch.long) for ids, _ in self.data.sequences]
+        keep = [k for _, k in self.data.sequences]
+        keep = None if all(k is None for k in keep) else keep  # whole texts only (one tokenizer)
+        key = fingerprint(cfg.teacher.name, layer, cfg.teacher.cache_dtype, rows, keep)
         folder = cache_root() / "teacher-states" / key
         teacher = Teacher(model, layer)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.teacher.precision == "bf16"):
             started = time.perf_counter()
             cache = TeacherStateCache.build(teacher, cfg.teacher.name, rows, folder, dtype=cfg.teacher.cache_dtype,
-                                            batch_size=cfg.teacher.batch_size)
+                                            batch_size=cfg.teacher.batch_size, keep=keep)
         self.echo(f"teacher states of layer {layer}: {folder} ({sum(len(r) for r in rows):,} tokens, "
                   f"{time.perf_counter() - started:.1f} s)")
         return cache

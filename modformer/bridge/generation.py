@@ -16,7 +16,7 @@ import torch
 from ..analysis.common import evaluating
 from ..evaluate import autocast
 from .dataset import Rows
-from .pairing import Encoded, as_tensor, leaky
+from .pairing import Encoded, as_tensor, key_mask
 
 if TYPE_CHECKING:
     from .arm_run import ArmRun, TeacherParts
@@ -34,9 +34,36 @@ class LiveTeacher:
         self.rows: list[list[int]] | None = None
         self.states: torch.Tensor | None = None
         self.past = None  # the key-value cache of `rows`, when they have one length
+        self.tails: dict[tuple[int, ...], torch.Tensor] = {}  # a prefix's ids -> its states
         # transformers renamed `past_key_values` to `cache` in the 5.x line; take whichever this one has.
         names = inspect.signature(teacher.model.forward).parameters
         self.cache_name = "cache" if "cache" in names else "past_key_values"
+
+    def keys(self, texts: list[Encoded]) -> torch.Tensor:
+        """(B, K, d_t): each text's whole-text teacher states, then its tails' (the layout
+        `pairing.key_mask` reads), zero-padded. A tail's states come from a pass over its own
+        prefix (remembered: a prompt's tails recur at every generated token)."""
+        states = self.read([e.teacher for e in texts])
+        wanted = [(tuple(prefix), keep) for e in texts for prefix, keep in e.tail_prefixes()]
+        missing = sorted({prefix for prefix, _ in wanted if prefix not in self.tails})
+        if missing:
+            ids = as_tensor([list(m) for m in missing])
+            lengths = torch.tensor([len(m) for m in missing])
+            mask = (torch.arange(ids.shape[1])[None, :] < lengths[:, None]).long()
+            hidden = self._forward(ids, mask, None)
+            self.past = None  # that pass was not the texts' own
+            self.rows = None
+            for b, m in enumerate(missing):
+                self.tails[m] = hidden[b, :len(m)]
+        if not wanted:
+            return states
+        width = max(len(e.teacher) + sum(len(t) for t in e.tails or []) for e in texts)
+        out = torch.zeros(len(texts), width, states.shape[-1])
+        for b, e in enumerate(texts):
+            parts = [states[b, :len(e.teacher)]] + [self.tails[tuple(p)][-k:] for p, k in e.tail_prefixes()]
+            keys = torch.cat(parts)
+            out[b, :len(keys)] = keys
+        return out
 
     def read(self, rows: list[list[int]]) -> torch.Tensor:
         """rows: teacher ids of each text -> (B, U_max, d_t) float32 states, zero-padded."""
@@ -95,17 +122,12 @@ def _greedy(run: ArmRun, rows: Rows, part: list[int]) -> list[list[int]]:
         states = visible = None
         if run.arm.bridged:
             texts = [run.pairing.extend(t, p, n) for t, p, n in zip(prompt_texts, prompts, new)]
-            visible = as_tensor([leaky(e) if run.arm.visibility == "leaky" else e.visible for e in texts])
-            states = _read(run, live, texts, [rows.first + i for i in part])
+            visible = key_mask(texts, leaky=run.arm.visibility == "leaky")
+            states = live.keys(texts) if live is not None else run.noise([rows.first + i for i in part],
+                                                                           visible.shape[-1])
         logits = run.forward(ids, states, visible)[:, -1]
         logits[:, run.data.vocab.size:] = -float("inf")  # rows past the tokenizer's ids (a padded embedding)
         nxt = run.data.vocab.to_tokenizer(logits.argmax(-1))
         for n, token in zip(new, nxt.tolist()):
             n.append(token)
     return new
-
-
-def _read(run: ArmRun, live: LiveTeacher | None, texts: list[Encoded], cache_rows: list[int]) -> torch.Tensor:
-    if live is not None:
-        return live.read([e.teacher for e in texts])
-    return run.noise(cache_rows, max(len(e.teacher) for e in texts))

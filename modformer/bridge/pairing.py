@@ -3,16 +3,28 @@ states each student position may read.
 
 - `SharedTokenizer`: the student reads with the teacher's tokenizer; teacher position j
   holds the text up to student token j, so the alignment is the identity.
-- `TwoTokenizers`: each model tokenizes the same text with its own tokenizer, and teacher
-  states are aligned to student positions by character offsets (`offset_visibility`): a
-  student position reads the teacher states of text that ends at or before its own token
-  ends, never a teacher token that has seen a character past it. Worked example, text
-  "the cat", student tokens "the" | " cat", teacher tokens "th" | "e c" | "at": the
-  student's "the" reads ["th"], its " cat" reads all three.
+- `TwoTokenizers`: each model tokenizes the text with its own tokenizer. Student position
+  i, whose token ends at character e_i, reads exactly the teacher's states of the text up
+  to e_i as the teacher itself would tokenize that text alone: `teacher.encode(text[:e_i])`.
+  Character offsets alone would not do: where the teacher splits a word depends on the
+  letters after the split, so which of the whole text's teacher tokens end before e_i
+  tells the student something about the text after it ("Pa|ris" against "Pa|blo").
+  Most of those states are the whole text's (a causal teacher's states of a shared prefix
+  of ids are the same): position i reads the first `visible[i]` of the whole text's
+  teacher tokens, the longest prefix its own tokenization shares with it, and then its
+  `tail`, the few tokens where the two differ, whose states are computed in their own
+  context. Worked example, text "the cat", student tokens "the" | " cat", teacher tokens
+  "the" | " c" | "at" for the text, "the" | " cat" for nothing shorter:
 
-Both work on text the student has generated too (`extend`): the grown text is tokenized
-again by the teacher's tokenizer, whose split of the tail may change as text arrives,
-while the student's own tokens stay as generated.
+      student "the"  (e=3): teacher.encode("the")      = ["the"]           visible 1, tail []
+      student " cat" (e=7): teacher.encode("the cat")  = ["the", " c", "at"]  visible 3, tail []
+
+  and with a student split "the" | " c" | "a" | "t" the position of " c" reads the
+  teacher's "the" plus the tail [" c"], its states taken from teacher.encode("the c").
+
+Both work on text the student has generated too (`extend`): the grown text is aligned the
+same way, the student's own tokens kept as generated. The keys a row offers the bridge are
+the whole text's teacher states followed by every position's tail (`key_mask` lays them out).
 """
 
 from __future__ import annotations
@@ -21,14 +33,19 @@ from dataclasses import dataclass
 
 import torch
 
-from .alignment import offset_visibility
 
 
 @dataclass
 class Encoded:
     student: list[int]  # (S,) student tokenizer ids
-    teacher: list[int]  # (U,) teacher tokenizer ids
-    visible: list[int]  # (S,) teacher states student position i may read (a prefix count)
+    teacher: list[int]  # (U,) teacher tokenizer ids of the whole text
+    visible: list[int]  # (S,) position i reads teacher[:visible[i]] ...
+    tails: list[list[int]] | None = None  # ... and, per position, these teacher ids after them (None: no tails)
+
+    def tail_prefixes(self) -> list[tuple[list[int], int]]:
+        """(teacher ids of the text up to the position, how many trailing states are its tail)
+        for every position with a tail, in position order: the sequences the teacher reads."""
+        return [(self.teacher[:v] + t, len(t)) for v, t in zip(self.visible, self.tails or []) if t]
 
 
 class SharedTokenizer:
@@ -71,9 +88,23 @@ class TwoTokenizers:
         self.student, self.teacher = student, teacher
 
     def encode(self, text: str) -> Encoded:
-        s, t = self.student.encode(text), self.teacher.encode(text)
-        visible = offset_visibility([s.offsets], [t.offsets], len(s.ids))[0]
-        return Encoded(list(s.ids), list(t.ids), visible.tolist())
+        s = self.student.encode(text)
+        return self._align(text, list(s.ids), [end for _, end in s.offsets])
+
+    def _align(self, text: str, student: list[int], ends: list[int]) -> Encoded:
+        """Student ids with their tokens' end offsets in `text` -> the exact alignment (above)."""
+        whole = list(self.teacher.encode(text).ids)
+        visible, tails, seen = [], [], {}
+        for end in ends:
+            if end not in seen:
+                own = list(self.teacher.encode(text[:end]).ids)
+                shared = 0
+                while shared < min(len(own), len(whole)) and own[shared] == whole[shared]:
+                    shared += 1
+                seen[end] = (shared, own[shared:])
+            visible.append(seen[end][0])
+            tails.append(seen[end][1])
+        return Encoded(student, whole, visible, tails)
 
     def student_ids(self, text: str) -> list[int]:
         return list(self.student.encode(text).ids)
@@ -100,15 +131,27 @@ class TwoTokenizers:
         grown = [self.decode([*prompt_ids, *new_ids[:k + 1]]) for k in range(len(new_ids))]
         tails = [g[len(base):] if g.startswith(base) else self.decode(new_ids[:k + 1]) for k, g in enumerate(grown)]
         ends = prompt_ends + [len(prompt) + len(t) for t in tails]
-        text = prompt + (tails[-1] if tails else "")
-        t = self.teacher.encode(text)
-        visible = offset_visibility([[(0, e) for e in ends]], [t.offsets], len(ends))[0]
-        return Encoded([*prompt_ids, *new_ids], list(t.ids), visible.tolist())
+        return self._align(prompt + (tails[-1] if tails else ""), [*prompt_ids, *new_ids], ends)
 
 
-def leaky(encoded: Encoded) -> list[int]:
-    """The reference's visibility: every position reads every teacher state of the text."""
-    return [len(encoded.teacher)] * len(encoded.student)
+def key_mask(rows: list[Encoded], leaky: bool = False) -> torch.Tensor:
+    """(B, S, K) bool: which of its row's keys (the whole text's teacher states, then every
+    position's tail, `Encoded.tail_prefixes` order) each student position reads; padding
+    positions read nothing. `leaky`: the reference's bridge, every position reads every
+    state of the whole text (tails unused)."""
+    widths = [len(e.teacher) + sum(len(t) for t in e.tails or []) for e in rows]
+    mask = torch.zeros(len(rows), max(len(e.student) for e in rows), max(widths), dtype=torch.bool)
+    for b, e in enumerate(rows):
+        if leaky:
+            mask[b, :len(e.student), :len(e.teacher)] = True
+            continue
+        start = len(e.teacher)
+        for i, v in enumerate(e.visible):
+            mask[b, i, :v] = True
+            tail = len(e.tails[i]) if e.tails else 0
+            mask[b, i, start:start + tail] = True
+            start += tail
+    return mask
 
 
 def as_tensor(rows: list[list[int]], fill: int = 0) -> torch.Tensor:

@@ -63,7 +63,8 @@ class BridgedStudent(nn.Module):
         return hook
 
     def forward(self, tokens: torch.Tensor, teacher_states: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
-        """tokens (B, S), teacher_states (B, U, d_teacher), visible (B, S) -> logits (B, S, vocab)."""
+        """tokens (B, S), teacher_states (B, U, d_teacher), visible (B, S) counts or (B, S, U)
+        bool (see `EnhancedCrossAttention`) -> logits (B, S, vocab)."""
         device = tokens.device
         self._reading = (teacher_states.to(device), visible.to(device))
         try:
