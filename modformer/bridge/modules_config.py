@@ -39,7 +39,8 @@ class StudentSection:
         None, "the student's tokenizer. null: the teacher's for a modformer student, its own for a Hugging Face "
               "one; teacher; own (a Hugging Face student's); a local tokenizer.json or tokenizer folder; or bpe:N, a "
               "byte-level BPE of N tokens trained on the training items and corpus (never the held-out items). "
-              "With any but the teacher's, teacher states are aligned by character offsets")
+              "With any but the teacher's, each student position reads the teacher's states of the text up to its "
+              "token's end, as the teacher tokenizes that text (modformer/bridge/pairing.py)")
     n_layers: int = option(2, "student blocks")
     n_heads: int = option(9, "student attention heads; must divide its width")
     d_ff: int | None = option(None, "feed-forward width; null: 4 x width")
