@@ -245,3 +245,21 @@ def test_a_bridge_the_student_cannot_take_fails_before_any_arm_trains(tiny_teach
     assert main(["modules", str(cfg), "--out", str(tmp_path / "out")]) == 2
     assert "bridge: bridge place must be" in capsys.readouterr().err
     assert not (tmp_path / "out" / "runs").exists()
+
+
+def test_where_the_teacher_splits_a_word_after_a_position_does_not_reach_it():
+    """The leak that character offsets over the whole text's tokenization would open: the
+    teacher keeps "Paris" whole but splits "Pablo" as "Pa" + ..., so after the student's "Pa"
+    the offset rule shows a teacher token for "Pablo" and none for "Paris". The exact rule
+    shows both the teacher's tokens of "Pa" itself."""
+    from modformer.bridge.alignment import offset_visibility
+
+    teacher = train_bpe(["Paris"] * 50 + ["Pablo"] * 2, 262).tokenizer  # merges up to "Paris" only
+    student = train_bpe(["x"], 258).tokenizer  # bytes: one token per character
+    assert teacher.encode("Paris").tokens == ["Paris"] and teacher.encode("Pablo").tokens[0] == "Pa"
+    pairing = TwoTokenizers(student, teacher)
+    a, b = pairing.encode("Paris"), pairing.encode("Pablo")
+    reads = lambda e, i: e.teacher[:e.visible[i]] + e.tails[i]  # noqa: E731
+    assert reads(a, 1) == reads(b, 1) == teacher.encode("Pa").ids  # after "Pa": the same, whatever follows
+    offsets = [offset_visibility([student.encode(t).offsets], [teacher.encode(t).offsets], 5)[0] for t in ("Paris", "Pablo")]
+    assert offsets[0][1] != offsets[1][1]  # the offset rule would have told them apart
