@@ -22,6 +22,7 @@ from typing import Sequence
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from ..errors import ModformerError
 from ..train.checkpoint import atomic_write_folder
@@ -87,7 +88,9 @@ class TeacherStateCache:
             states = np.lib.format.open_memmap(partial / "states.npy", mode="w+",
                                                dtype=np.float32 if dtype == "float32" else np.uint16,
                                                shape=(sum(lengths), teacher.width))
-            for start in range(0, len(rows), batch_size):
+            starts = range(0, len(rows), batch_size)
+            # The teacher is the slow part (minutes for tens of thousands of tokens on a CPU): show it.
+            for start in tqdm(starts, desc=f"teacher states of {teacher_name}", unit="batch", disable=None):
                 batch = rows[start:start + batch_size]
                 width = max(len(r) for r in batch)
                 ids = torch.zeros(len(batch), width, dtype=torch.long)
