@@ -39,6 +39,13 @@ def _paired(a: list[dict[str, Any]], b: list[dict[str, Any]], key: str) -> str:
     return summarize(diffs).format(3) if diffs else "no common seed"
 
 
+def _corpus(data: dict[str, Any]) -> str:
+    if data["corpus"] is None:
+        return "no corpus"
+    return (f"corpus: {data['corpus']} ({data['corpus_rows']} texts, {data['task_fraction']:.0%} of each batch from "
+            f"the task)")
+
+
 def _student(cfg: dict[str, Any]) -> str:
     """The student in words (configs saved before a field existed read as its default)."""
     s = cfg["student"]
@@ -61,8 +68,7 @@ def write_modules_report(out: str | Path) -> Path:
     arms = [a for a in cfg["arms"] if a in by_arm]
     lines = [f"# LLM Modules: {cfg['data']['task']}, teacher {cfg['teacher']['name']} (layer {cfg['teacher']['layer']})",
              "", f"{len(split['train'])} training items, {len(split['held_out'])} held out (never trained on); "
-                 f"corpus: {cfg['data']['corpus']} ({cfg['data']['corpus_rows']} texts, {cfg['data']['task_fraction']:.0%} "
-                 f"of each batch from the task); loss on the {cfg['data']['loss_on']}; {cfg['train']['steps']} steps of "
+                 f"{_corpus(cfg['data'])}; loss on the {cfg['data']['loss_on']}; {cfg['train']['steps']} steps of "
                  f"{cfg['train']['batch_size']}; student lr {cfg['train']['student_lr']}, bridge lr "
                  f"{cfg['train']['bridge_lr']}; bridges at {', '.join(cfg['bridge']['places'])}; {_student(cfg)}.",
              "", "Mean ± std [95% interval] over seeds. Exact match: the greedily generated answer (the student "
