@@ -144,8 +144,8 @@ class ModulesData:
 
     def batch(self, group: Rows, indices: list[int], *, answer_only: bool) -> Batch:
         """Rows `indices` of `group`, scored on the answer only or on every next token."""
-        ids = as_tensor([self.vocab.to_model(torch.tensor(group.ids[i])).tolist() for i in indices])
-        lengths = [len(group.ids[i]) for i in indices]
+        ids = as_tensor([self.vocab.to_model(torch.tensor(group.texts[i].student)).tolist() for i in indices])
+        lengths = [len(group.texts[i].student) for i in indices]
         targets = torch.full_like(ids, IGNORE)
         for b, (i, length) in enumerate(zip(indices, lengths)):
             start = group.answer_start[i] if answer_only else 1

@@ -113,7 +113,7 @@ def generate(run: ArmRun, rows: Rows, indices: list[int], chunk: int = 64) -> li
 
 def _greedy(run: ArmRun, rows: Rows, part: list[int]) -> list[list[int]]:
     """Rows `part` (prompts of one length) -> the student tokenizer ids generated for each."""
-    prompts = [rows.ids[i][:rows.answer_start[i]] for i in part]
+    prompts = [rows.texts[i].student[:rows.answer_start[i]] for i in part]
     prompt_texts = [rows.items[i].prompt for i in part]
     live = LiveTeacher(run.teacher) if run.arm.reads == "teacher" else None
     new: list[list[int]] = [[] for _ in part]
