@@ -77,10 +77,10 @@ class SharedTokenizer:
 
 
 class TwoTokenizers:
-    """The student's own tokenizer beside the teacher's, aligned by character offsets. Both
-    are `tokenizers.Tokenizer` objects (a Hugging Face fast tokenizer's `backend_tokenizer`);
-    each adds the special tokens it was made with (their offsets (0, 0) make them visible
-    with the text before them)."""
+    """The student's own tokenizer beside the teacher's, aligned exactly (see above). Both are
+    `tokenizers.Tokenizer` objects (a Hugging Face fast tokenizer's `backend_tokenizer`);
+    each adds the special tokens it was made with (a student's leading special token, whose
+    offsets are (0, 0), reads the teacher's tokens of the empty text: its own special ones)."""
 
     shared = False
 
