@@ -201,6 +201,8 @@ def test_cli_reports_a_missing_corpus_in_one_line(tiny_teacher, tmp_path, monkey
     cfg.write_text(tiny_config(tiny_teacher, f"data.corpus={tmp_path / 'nope.txt'}").to_yaml())
     assert main(["modules", str(cfg), "--out", str(tmp_path / "out")]) == 2
     assert "no such file" in capsys.readouterr().err
+    cfg.write_text(tiny_config(tiny_teacher, "arms=[alone]").to_yaml())  # corrected: the same folder takes it
+    assert main(["modules", str(cfg), "--out", str(tmp_path / "out")]) == 0
 
 
 def test_worked_sums_and_a_split_that_holds_out_operand_values():

@@ -50,9 +50,13 @@ class ModulesExperiment:
     def __init__(self, cfg: ModulesConfig, out: Path, echo=print):
         self.cfg, self.out, self.echo = cfg, Path(out), echo
 
+    def _started(self) -> bool:
+        """Whether any run has begun here (before that, a failed start leaves nothing to keep)."""
+        return any((self.out / "runs").glob("*/seed_*/metrics.jsonl"))
+
     def _check_folder(self) -> None:
         saved = self.out / "config.yaml"
-        if saved.exists():
+        if saved.exists() and self._started():
             try:  # read with today's defaults: a field added since then, at its default, is no change
                 before = to_dict(from_dict(ModulesConfig, yaml.safe_load(saved.read_text())))
             except (ModformerError, yaml.YAMLError, TypeError) as e:
@@ -85,7 +89,7 @@ class ModulesExperiment:
         split = {"task": cfg.data.task, "items": len(items), "train": [i.text for i in train],
                  "held_out": [i.text for i in held]}
         saved = self.out / "split.json"
-        if saved.is_file() and json.loads(saved.read_text()) != split:  # texts of another modformer version
+        if saved.is_file() and self._started() and json.loads(saved.read_text()) != split:  # another version's texts
             raise ModformerError(f"{self.out} was started with other task texts than this modformer makes; "
                                  f"choose another --out")
         atomic_write_text(saved, json.dumps(split, indent=1) + "\n")
