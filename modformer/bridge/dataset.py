@@ -108,7 +108,7 @@ class Batch:
     @property
     def keys(self) -> int:
         """K: teacher states of the widest row, tails included."""
-        return max(len(e.teacher) + sum(len(t) for t in e.tails or []) for e in self.texts)
+        return max(e.keys for e in self.texts)
 
 
 class ModulesData:
@@ -140,7 +140,7 @@ class ModulesData:
     @property
     def most_keys(self) -> int:
         """Keys (teacher states, tails included) of the row with most."""
-        return max(len(e.teacher) + sum(len(t) for t in e.tails or []) for g in self.groups for e in g.texts)
+        return max(e.keys for g in self.groups for e in g.texts)
 
     def batch(self, group: Rows, indices: list[int], *, answer_only: bool) -> Batch:
         """Rows `indices` of `group`, scored on the answer only or on every next token."""

@@ -57,7 +57,7 @@ class LiveTeacher:
                 self.tails[m] = hidden[b, :len(m)]
         if not wanted:
             return states
-        width = max(len(e.teacher) + sum(len(t) for t in e.tails or []) for e in texts)
+        width = max(e.keys for e in texts)
         out = torch.zeros(len(texts), width, states.shape[-1])
         for b, e in enumerate(texts):
             parts = [states[b, :len(e.teacher)]] + [self.tails[tuple(p)][-k:] for p, k in e.tail_prefixes()]

@@ -42,6 +42,11 @@ class Encoded:
     visible: list[int]  # (S,) position i reads teacher[:visible[i]] ...
     tails: list[list[int]] | None = None  # ... and, per position, these teacher ids after them (None: no tails)
 
+    @property
+    def keys(self) -> int:
+        """States this text offers the bridge: the whole text's, then every tail's."""
+        return len(self.teacher) + sum(len(t) for t in self.tails or [])
+
     def tail_prefixes(self) -> list[tuple[list[int], int]]:
         """(teacher ids of the text up to the position, how many trailing states are its tail)
         for every position with a tail, in position order: the sequences the teacher reads."""
@@ -139,7 +144,7 @@ def key_mask(rows: list[Encoded], leaky: bool = False) -> torch.Tensor:
     position's tail, `Encoded.tail_prefixes` order) each student position reads; padding
     positions read nothing. `leaky`: the reference's bridge, every position reads every
     state of the whole text (tails unused)."""
-    widths = [len(e.teacher) + sum(len(t) for t in e.tails or []) for e in rows]
+    widths = [e.keys for e in rows]
     mask = torch.zeros(len(rows), max(len(e.student) for e in rows), max(widths), dtype=torch.bool)
     for b, e in enumerate(rows):
         if leaky:
