@@ -116,7 +116,7 @@ def test_cache_returns_the_states_the_teacher_computes(tmp_path, dtype):
     g = torch.Generator().manual_seed(0)
     rows = [torch.randint(0, 100, (n,), generator=g) for n in (5, 9, 3, 7, 8)]
     calls = []
-    teacher.register_forward_hook(lambda *a: calls.append(1))
+    teacher.model.register_forward_hook(lambda *a: calls.append(1))
     cache = TeacherStateCache.build(teacher, "tiny", rows, tmp_path / "cache", dtype=dtype, batch_size=2)
     assert len(calls) == 3 and len(cache) == 5
     states, lengths = cache.get([1, 2])

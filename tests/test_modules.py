@@ -115,14 +115,15 @@ def test_distillation_and_random_states_use_the_teacher_as_specified(prepared):
     batch = data.batch(data.train, [0, 1], answer_only=False)
     ids = data.vocab.to_tokenizer(batch.ids[:1, :len(data.train.ids[0])])
     logits = teacher.model(input_ids=ids).logits[0].float()
-    final = data.states(batch, final=True)[0, :ids.shape[1]] @ teacher.head[data.vocab.ids].T
+    final = data.states(batch, teacher.final_layer)[0, :ids.shape[1]] @ teacher.head[data.vocab.ids].T
     assert torch.allclose(final, logits[:, data.vocab.ids], atol=1e-4)
     runs = [ArmRun(prepared.cfg, ARMS["random_teacher"], seed, data, teacher, prepared.pairing) for seed in (0, 0, 1)]
-    a = runs[0].noise([5, 6], 10)
-    assert torch.equal(a, runs[1].noise([5, 6], 10)) and not torch.equal(a, runs[2].noise([5, 6], 10))
-    assert torch.equal(a[:, :4], runs[0].noise([5, 6], 4))  # a text's prefix gets its noise's prefix
-    noise = runs[0].noise(list(range(200)), 10).flatten(0, 1)
-    assert torch.allclose(noise.std(0) / teacher.std, torch.ones(teacher.width), atol=0.1)
+    (layer,) = teacher.layers
+    a = runs[0].noise([5, 6], 10)[layer]
+    assert torch.equal(a, runs[1].noise([5, 6], 10)[layer]) and not torch.equal(a, runs[2].noise([5, 6], 10)[layer])
+    assert torch.equal(a[:, :4], runs[0].noise([5, 6], 4)[layer])  # a text's prefix gets its noise's prefix
+    noise = runs[0].noise(list(range(200)), 10)[layer].flatten(0, 1)
+    assert torch.allclose(noise.std(0) / teacher.std[0], torch.ones(teacher.width), atol=0.1)
 
 
 def test_generation_reads_the_same_teacher_states_as_a_full_forward_pass(prepared):
@@ -130,11 +131,12 @@ def test_generation_reads_the_same_teacher_states_as_a_full_forward_pass(prepare
     its states of the whole text at once: generation reads exactly what training read."""
     row = prepared.data.train.teacher_ids[0]
     live = LiveTeacher(prepared.teacher)
-    states = [live.read([row[:n]] * 2) for n in range(3, len(row) + 1)]
+    (layer,) = prepared.teacher.layers
+    states = [live.read([row[:n]] * 2)[layer] for n in range(3, len(row) + 1)]
     assert live.past is not None  # the text grew a token at a time: read through the teacher's cache
-    whole = Teacher(prepared.teacher.model, prepared.teacher.layer)(torch.tensor([row]))
+    whole = Teacher(prepared.teacher.model, layer)(torch.tensor([row]))
     assert torch.allclose(states[-1][:1], whole, atol=1e-5) and torch.allclose(states[-1][0], states[-1][1], atol=1e-6)
-    uneven = live.read([row, row[:3]])  # padded: the whole texts again
+    uneven = live.read([row, row[:3]])[layer]  # padded: the whole texts again
     assert torch.allclose(uneven[1, :3], whole[0, :3], atol=1e-5) and not uneven[1, 3:].any()
 
 

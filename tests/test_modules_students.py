@@ -56,10 +56,11 @@ def test_own_tokenizer_positions_read_exactly_the_teachers_states_of_their_text(
     exp = prepared(tiny_config(tiny_teacher, *OWN), tmp_path, monkeypatch)
     pairing = exp.pairing
     assert isinstance(pairing, TwoTokenizers) and (tmp_path / "out" / "student_tokenizer" / "tokenizer.json").is_file()
-    teacher = Teacher(exp.teacher.model, exp.teacher.layer)
+    (layer,) = exp.teacher.layers
+    teacher = Teacher(exp.teacher.model, layer)
     rows = list(range(len(exp.data.held)))
     batch = exp.data.batch(exp.data.held, rows, answer_only=True)
-    keys, mask = exp.data.states(batch), batch.visibility(leaky=False)
+    keys, mask = exp.data.states(batch, layer), batch.visibility(leaky=False)
     tails = 0
     for b, (item, enc) in enumerate(zip(exp.data.held.items, exp.data.held.texts)):
         ends = [end for _, end in pairing.student.encode(item.text).offsets]

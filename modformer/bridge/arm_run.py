@@ -48,14 +48,15 @@ from .student import BridgedStudent
 class TeacherParts:
     """What a run needs of the teacher beyond its cached states."""
     model: nn.Module  # the Hugging Face causal LM (frozen)
-    layer: int
+    layers: tuple[int, ...]  # the layers the bridges read (each once)
+    final_layer: int | None  # the key of the final layer's states in the data's caches (distill arm), if cached
     embeddings: torch.Tensor  # (V_teacher, d_t) input embedding
     head: torch.Tensor  # (V_teacher, d_t) output head
     width: int
     precision: str
     round_bf16: bool  # cached states were stored in bf16: live ones are rounded the same way
-    mean: torch.Tensor  # (d_t,) per-dimension mean of the training rows' states (for the random arm)
-    std: torch.Tensor  # (d_t,)
+    mean: torch.Tensor  # (L, d_t) per-dimension mean of the training rows' states of each of `layers`
+    std: torch.Tensor  # (L, d_t)   (the random arm's noise has these)
 
 
 def build_student(cfg: ModulesConfig, arm: Arm, seed: int, data: ModulesData, teacher: TeacherParts) -> nn.Module:
@@ -111,29 +112,37 @@ class ArmRun:
         self.noise_len = data.most_keys + cfg.train.max_new_tokens * (1 if pairing.shared else 48)
 
     # -- the forward pass ------------------------------------------------------------------
-    def forward(self, ids: torch.Tensor, states: torch.Tensor | None, visible: torch.Tensor | None) -> torch.Tensor:
-        """ids (B, S) student rows, states (B, K, d_t), visible (B, S, K) bool -> logits (B, S, V);
-        arms without a bridge ignore `states` and `visible`."""
-        return self.model(ids, states, visible) if self.arm.bridged else self.model(ids)
+    def forward(self, ids: torch.Tensor, states: dict[int, torch.Tensor] | None,
+                visible: torch.Tensor | None) -> torch.Tensor:
+        """ids (B, S) student rows, states: teacher layer -> (B, K, d_t), visible (B, S, K) bool ->
+        logits (B, S, V); each bridge reads its layer's states. Arms without a bridge ignore
+        `states` and `visible`."""
+        if not self.arm.bridged:
+            return self.model(ids)
+        return self.model(ids, {place: states[layer] for place, layer in self.cfg.place_layers.items()}, visible)
 
     def logits(self, batch: Batch) -> torch.Tensor:
         """(B, S, V) logits of a batch of rows, its bridges reading its cached states or noise."""
         if not self.arm.bridged:
             return self.model(batch.ids)
-        states = self.noise(batch.rows, batch.keys) if self.arm.reads == "random" else self.data.states(batch)
-        return self.model(batch.ids, states, batch.visibility(self.arm.visibility == "leaky"))
+        states = (self.noise(batch.rows, batch.keys) if self.arm.reads == "random" else
+                  {layer: self.data.states(batch, layer) for layer in self.teacher.layers})
+        return self.forward(batch.ids, states, batch.visibility(self.arm.visibility == "leaky"))
 
-    def noise(self, rows: list[int], length: int) -> torch.Tensor:
-        """(B, length, d_t) noise with the real states' per-dimension mean and std, fixed per
-        (seed, cache row): the same text always gets the same noise, its prefixes included."""
+    def noise(self, rows: list[int], length: int) -> dict[int, torch.Tensor]:
+        """layer -> (B, length, d_t) noise with that layer's per-dimension mean and std of the
+        real states, fixed per (seed, cache row): the same text always gets the same noise, its
+        prefixes included."""
         if length > self.noise_len:
             raise ModformerError(f"a generated text needs {length} teacher positions, more than the random arm's "
                                  f"{self.noise_len}; lower train.max_new_tokens")
-        out = torch.empty(len(rows), self.noise_len, self.teacher.width)
+        n_layers, width = len(self.teacher.layers), self.teacher.width
+        out = torch.empty(len(rows), self.noise_len, n_layers, width)
         for b, row in enumerate(rows):
             g = torch.Generator().manual_seed(int(np.random.SeedSequence([self.seed, row]).generate_state(1)[0]))
-            out[b] = torch.randn(self.noise_len, self.teacher.width, generator=g)
-        return out[:, :length] * self.teacher.std + self.teacher.mean
+            out[b] = torch.randn(self.noise_len, n_layers * width, generator=g).view(self.noise_len, n_layers, width)
+        noise = out[:, :length] * self.teacher.std + self.teacher.mean  # (B, length, L, d_t)
+        return {layer: noise[:, :, j] for j, layer in enumerate(self.teacher.layers)}
 
     def loss(self, batch: Batch) -> torch.Tensor:
         logits = self.logits(batch)
@@ -142,7 +151,7 @@ class ArmRun:
         if not self.arm.distill:
             return ce
         w, T = self.cfg.train.distill_weight, self.cfg.train.distill_temperature
-        final = self.data.states(batch, final=True)[scored]  # (N, d_t): shared tokenizer, a state per token
+        final = self.data.states(batch, self.teacher.final_layer)[scored]  # (N, d_t): shared tokenizer
         teacher_logits = (final @ self.teacher.head[self.data.vocab.ids].T).float()
         kl = F.kl_div(F.log_softmax(logits[scored].float() / T, -1), F.log_softmax(teacher_logits / T, -1),
                       log_target=True, reduction="batchmean")

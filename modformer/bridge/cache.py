@@ -11,6 +11,8 @@ Rows have their own lengths (no padding is stored); `get(rows)` pads a batch. Th
 fingerprint hashes the teacher's name, the layer, the dtype and every row's token ids, so
 a cache built for other data or another teacher is rebuilt, never silently reused. The
 folder is written beside and renamed into place: a killed build leaves no half cache.
+Each layer has its folder; the layers a reader needs are computed from one teacher pass
+(`build_layers`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import torch
 from tqdm import tqdm
 
 from ..errors import ModformerError
-from ..train.checkpoint import atomic_write_folder
+from ..train.checkpoint import atomic_write_folders
 
 DTYPES = ("float32", "bf16")
 CACHE_FILES = {"index.json", "states.npy"}
@@ -65,29 +67,41 @@ class TeacherStateCache:
     def build(cls, teacher, teacher_name: str, rows: Sequence[torch.Tensor], folder: str | Path, *,
               dtype: str = "float32", batch_size: int = 8,
               keep: Sequence[int | None] | None = None) -> "TeacherStateCache":
-        """The cache of `teacher`'s states for `rows` (1-d token-id tensors) in `folder`:
-        read if it holds these exact rows for this teacher and layer, else computed and written.
-        `keep[i]`, when given and not None, stores only the last keep[i] states of row i (the
-        tail of a prefix whose other states the cache holds already)."""
+        """The cache of `teacher`'s states (of its layer) for `rows` (1-d token-id tensors) in
+        `folder`: read if it holds these exact rows for this teacher and layer, else computed and
+        written. `keep[i]`, when given and not None, stores only the last keep[i] states of row i
+        (the tail of a prefix whose other states the cache holds already)."""
+        return cls.build_layers(teacher, teacher_name, rows, {teacher.layer: folder}, dtype=dtype,
+                                batch_size=batch_size, keep=keep)[teacher.layer]
+
+    @classmethod
+    def build_layers(cls, teacher, teacher_name: str, rows: Sequence[torch.Tensor], folders: dict[int, str | Path],
+                     *, dtype: str = "float32", batch_size: int = 8,
+                     keep: Sequence[int | None] | None = None) -> dict[int, "TeacherStateCache"]:
+        """`build` for several layers at once: layer -> its cache in folders[layer]. The layers
+        not cached yet are computed together, from one teacher pass over the rows."""
         if dtype not in DTYPES:
             raise ModformerError(f"teacher cache dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
-        folder = Path(folder)
-        key = fingerprint(teacher_name, teacher.layer, dtype, rows, keep)
-        found = cls._open(folder, key)
-        if found is not None:
-            return found
-        if folder.exists() and (not folder.is_dir() or set(p.name for p in folder.iterdir()) - CACHE_FILES):
-            raise ModformerError(f"{folder} exists and is not a teacher-state cache; choose another folder")
+        folders = {layer: Path(folder) for layer, folder in folders.items()}
+        keys = {layer: fingerprint(teacher_name, layer, dtype, rows, keep) for layer in folders}
+        caches = {layer: cls._open(folders[layer], keys[layer]) for layer in folders}
+        missing = [layer for layer, cache in caches.items() if cache is None]
+        for layer in missing:
+            folder = folders[layer]
+            if folder.exists() and (not folder.is_dir() or set(p.name for p in folder.iterdir()) - CACHE_FILES):
+                raise ModformerError(f"{folder} exists and is not a teacher-state cache; choose another folder")
+        if not missing:
+            return caches
         kept = [len(r) if keep is None or keep[i] is None else keep[i] for i, r in enumerate(rows)]
         lengths = kept
         offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64) if rows else np.zeros(0, np.int64)
-        index = {"fingerprint": key, "teacher": teacher_name, "layer": teacher.layer, "dtype": dtype,
-                 "offsets": offsets.tolist(), "lengths": lengths}
+        index = {layer: {"fingerprint": keys[layer], "teacher": teacher_name, "layer": layer, "dtype": dtype,
+                         "offsets": offsets.tolist(), "lengths": lengths} for layer in missing}
 
-        def write(partial: Path) -> None:
-            states = np.lib.format.open_memmap(partial / "states.npy", mode="w+",
+        def write(partials: list[Path]) -> None:
+            files = [np.lib.format.open_memmap(partial / "states.npy", mode="w+",
                                                dtype=np.float32 if dtype == "float32" else np.uint16,
-                                               shape=(sum(lengths), teacher.width))
+                                               shape=(sum(lengths), teacher.width)) for partial in partials]
             starts = range(0, len(rows), batch_size)
             # The teacher is the slow part (minutes for tens of thousands of tokens on a CPU): show it.
             for start in tqdm(starts, desc=f"teacher states of {teacher_name}", unit="batch", disable=None):
@@ -97,24 +111,28 @@ class TeacherStateCache:
                 mask = torch.zeros(len(batch), width, dtype=torch.long)
                 for i, r in enumerate(batch):
                     ids[i, :len(r)], mask[i, :len(r)] = r, 1
-                hidden = teacher(ids, mask).cpu()  # right padding: a causal teacher's real positions ignore it
-                for i, r in enumerate(batch):
-                    row = hidden[i, len(r) - kept[start + i]:len(r)]
-                    o = offsets[start + i]
-                    states[o:o + len(row)] = (row.numpy() if dtype == "float32"
-                                            else row.to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16))
-            states.flush()
-            del states
-            (partial / "index.json").write_text(json.dumps(index))
+                # right padding: a causal teacher's real positions ignore it
+                for states, hidden in zip(files, teacher.hidden(ids, mask, missing)):
+                    hidden = hidden.cpu()
+                    for i, r in enumerate(batch):
+                        row = hidden[i, len(r) - kept[start + i]:len(r)]
+                        o = offsets[start + i]
+                        states[o:o + len(row)] = (row.numpy() if dtype == "float32"
+                                                else row.to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16))
+            for states, partial, layer in zip(files, partials, missing):
+                states.flush()
+                (partial / "index.json").write_text(json.dumps(index[layer]))
+            del files
 
         try:
-            atomic_write_folder(folder, write)  # replaces a stale cache of ours (checked above)
-        except OSError:  # another process put its cache there first: use it if it is this one
-            found = cls._open(folder, key)
-            if found is None:
-                raise ModformerError(f"cannot write the teacher-state cache {folder}") from None
-            return found
-        return cls(folder, index)
+            atomic_write_folders([folders[layer] for layer in missing], write)  # replaces stale caches of ours
+        except OSError:  # another process put its caches there first: use them if they are these
+            for layer in missing:
+                caches[layer] = cls._open(folders[layer], keys[layer])
+                if caches[layer] is None:
+                    raise ModformerError(f"cannot write the teacher-state cache {folders[layer]}") from None
+            return caches
+        return {layer: cache or cls(folders[layer], index[layer]) for layer, cache in caches.items()}
 
     @classmethod
     def _open(cls, folder: Path, key: str) -> "TeacherStateCache | None":

@@ -22,7 +22,7 @@ import torch
 from ..errors import ModformerError
 from ..tasks.base import IGNORE
 from .cache import TeacherStateCache
-from .pairing import Encoded, as_tensor, key_mask
+from .pairing import Encoded, as_tensor, gather_keys, key_mask
 from .texts import Item
 
 
@@ -116,8 +116,7 @@ class ModulesData:
 
     def __init__(self, train: Rows, corpus: Rows | None, held: Rows, vocab: Vocabulary, loss_on: str):
         self.train, self.corpus, self.held, self.vocab, self.loss_on = train, corpus, held, vocab, loss_on
-        self.cache: TeacherStateCache | None = None
-        self.final_cache: TeacherStateCache | None = None  # final-layer states, for distillation
+        self.caches: dict[int, TeacherStateCache] = {}  # teacher layer -> its states of `sequences`
         # The cache holds every row's whole-text states, then the tails' (two tokenizers only).
         texts = [e for g in self.groups for e in g.texts]
         self.tail_rows: dict[int, list[int]] = {}
@@ -163,26 +162,20 @@ class ModulesData:
                                     answer_only=False))
         return concat(parts)
 
-    def states(self, batch: Batch, final: bool = False) -> torch.Tensor:
-        """(B, K, d_teacher) cached keys of the batch's rows: each row's whole-text teacher
-        states, then its tails' (the layout `pairing.key_mask` reads). `final`: the final
-        layer's states of the whole texts (the distill arm, which has no tails)."""
-        cache = self.final_cache if final else self.cache
-        if cache is None:
-            raise RuntimeError("the teacher states have not been cached")
-        states = cache.get(batch.rows)[0]
-        if final or not any(r in self.tail_rows for r in batch.rows):
-            return states
-        out = torch.zeros(len(batch.rows), batch.keys, states.shape[-1])
-        for b, (row, e) in enumerate(zip(batch.rows, batch.texts)):
-            parts = [states[b, :len(e.teacher)]]
-            if row in self.tail_rows:
-                tails, lengths = cache.get(self.tail_rows[row])
-                parts += [t[:n] for t, n in zip(tails, lengths.tolist())]
-            keys = torch.cat(parts)
-            out[b, :len(keys)] = keys
-        return out
+    def states(self, batch: Batch, layer: int) -> torch.Tensor:
+        """(B, K, d_teacher) cached keys of the batch's rows from teacher layer `layer`: each
+        row's whole-text states, then its tails' (the layout `pairing.key_mask` reads)."""
+        if layer not in self.caches:
+            raise RuntimeError(f"the teacher states of layer {layer} have not been cached")
+        cache = self.caches[layer]
+        whole = cache.get(batch.rows)[0]
 
+        def tails(b: int) -> list[torch.Tensor]:
+            if batch.rows[b] not in self.tail_rows:
+                return []
+            states, lengths = cache.get(self.tail_rows[batch.rows[b]])
+            return [t[:n] for t, n in zip(states, lengths.tolist())]
+        return gather_keys(batch.texts, whole, tails)
 
 def concat(parts: list[Batch]) -> Batch:
     width = max(p.ids.shape[1] for p in parts)

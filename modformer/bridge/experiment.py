@@ -79,7 +79,7 @@ class ModulesExperiment:
         self._check_folder()
         started = time.perf_counter()
         model, self.tokenizer = load_teacher(cfg.teacher.name)
-        n_layers = model.config.num_hidden_layers
+        layers = self._layers(model)
         items = self._items(model)
         if cfg.data.max_items is not None and cfg.data.max_items < len(items):
             items = random.Random(cfg.data.split_seed).sample(items, cfg.data.max_items)
@@ -108,12 +108,10 @@ class ModulesExperiment:
             vocab = Vocabulary.whole(size)
         self.data = ModulesData(train_rows, corpus, held_rows, vocab, cfg.data.loss_on)
         self.extract = EXTRACT[cfg.data.task]
-        self.data.cache = self._cache(model, cfg.teacher.layer)
-        last = cfg.teacher.layer % (n_layers + 1) == n_layers
-        if any(ARMS[a].distill for a in cfg.arms):
-            self.data.final_cache = self.data.cache if last else self._cache(model, -1)
-        self.teacher = self._teacher_parts(model)
-        self.echo(f"teacher {cfg.teacher.name} (layer {cfg.teacher.layer}), {len(train)} training and {len(held)} "
+        final = self._final_layer(model, layers)
+        self.data.caches = self._caches(model, layers if final in layers or final is None else [*layers, final])
+        self.teacher = self._teacher_parts(model, final)
+        self.echo(f"teacher {cfg.teacher.name} ({cfg.reading()}), {len(train)} training and {len(held)} "
                   f"held-out {cfg.data.task} items, {len(corpus) if corpus else 0} corpus texts, student vocabulary "
                   f"{self.data.vocab.size}; prepared in {time.perf_counter() - started:.0f} s")
 
@@ -155,30 +153,63 @@ class ModulesExperiment:
             self.echo(f"the teacher completes {len(facts)} of {len(all_facts())} facts correctly")
         return fact_items(facts)
 
-    def _cache(self, model, layer: int) -> TeacherStateCache:
+    def _layers(self, model) -> list[int]:
+        """The teacher layers the bridges read, checked against the teacher before any work."""
+        layers, n = self.cfg.read_layers, model.config.num_hidden_layers
+        key = "bridge.teacher_layers" if self.cfg.bridge.teacher_layers is not None else "teacher.layer"
+        teacher = Teacher(model)
+        for layer in layers:
+            try:
+                teacher.check_layer(layer)
+            except ModformerError as e:
+                raise ModformerError(f"{key}: {e}") from None
+        spelled: dict[int, int] = {}
+        for layer in layers:  # -1 and n are one layer: name it one way, or its states are cached twice
+            other = spelled.setdefault(layer % (n + 1), layer)
+            if other != layer:
+                raise ModformerError(f"{key} names one teacher layer twice, as {other} and {layer}; write it one way")
+        return layers
+
+    def _final_layer(self, model, layers: list[int]) -> int | None:
+        """Where the distill arm finds the teacher's final states: a layer read anyway, or -1."""
+        if not any(ARMS[a].distill for a in self.cfg.arms):
+            return None
+        n = model.config.num_hidden_layers
+        return next((layer for layer in layers if layer % (n + 1) == n), -1)
+
+    def _caches(self, model, layers: list[int]) -> dict[int, TeacherStateCache]:
+        """layer -> the teacher's states of every sequence, those not cached yet from one pass."""
         cfg = self.cfg
         rows = [torch.tensor(ids, dtype=torch.long) for ids, _ in self.data.sequences]
         keep = [k for _, k in self.data.sequences]
         keep = None if all(k is None for k in keep) else keep  # whole texts only (one tokenizer)
-        key = fingerprint(cfg.teacher.name, layer, cfg.teacher.cache_dtype, rows, keep)
-        folder = cache_root() / "teacher-states" / key
-        teacher = Teacher(model, layer)
+        folders = {layer: cache_root() / "teacher-states" / fingerprint(cfg.teacher.name, layer,
+                                                                        cfg.teacher.cache_dtype, rows, keep)
+                   for layer in layers}
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.teacher.precision == "bf16"):
             started = time.perf_counter()
-            cache = TeacherStateCache.build(teacher, cfg.teacher.name, rows, folder, dtype=cfg.teacher.cache_dtype,
-                                            batch_size=cfg.teacher.batch_size, keep=keep)
-        self.echo(f"teacher states of layer {layer}: {folder} ({sum(len(r) for r in rows):,} tokens, "
-                  f"{time.perf_counter() - started:.1f} s)")
-        return cache
+            caches = TeacherStateCache.build_layers(Teacher(model, layers[0]), cfg.teacher.name, rows, folders,
+                                                    dtype=cfg.teacher.cache_dtype, batch_size=cfg.teacher.batch_size,
+                                                    keep=keep)
+        for layer, folder in folders.items():
+            self.echo(f"teacher states of layer {layer}: {folder} ({sum(len(r) for r in rows):,} tokens)")
+        self.echo(f"teacher states ready in {time.perf_counter() - started:.1f} s")
+        return caches
 
-    def _teacher_parts(self, model) -> TeacherParts:
+    def _teacher_parts(self, model, final: int | None) -> TeacherParts:
         cfg = self.cfg
         train_rows = list(range(len(self.data.train) + (len(self.data.corpus) if self.data.corpus else 0)))
-        states = torch.cat([self.data.cache.get([r])[0][0] for r in train_rows])  # (tokens, d_t)
-        return TeacherParts(model=model, layer=cfg.teacher.layer, embeddings=model.get_input_embeddings().weight.detach(),
+        layers = tuple(cfg.read_layers)
+        mean, std = [], []
+        for layer in layers:
+            states = torch.cat([self.data.caches[layer].get([r])[0][0] for r in train_rows])  # (tokens, d_t)
+            mean.append(states.mean(0))
+            std.append(states.std(0))
+        return TeacherParts(model=model, layers=layers, final_layer=final,
+                            embeddings=model.get_input_embeddings().weight.detach(),
                             head=model.get_output_embeddings().weight.detach().float(), width=model.config.hidden_size,
                             precision=cfg.teacher.precision, round_bf16=cfg.teacher.cache_dtype == "bf16",
-                            mean=states.mean(0), std=states.std(0))
+                            mean=torch.stack(mean), std=torch.stack(std))
 
     def run(self) -> list[dict[str, Any]]:
         """Every (arm, seed) not yet finished; returns every finished run's result."""

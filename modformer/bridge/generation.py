@@ -16,14 +16,15 @@ import torch
 from ..analysis.common import evaluating
 from ..evaluate import autocast
 from .dataset import Rows
-from .pairing import Encoded, as_tensor, key_mask
+from .pairing import Encoded, as_tensor, gather_keys, key_mask
 
 if TYPE_CHECKING:
     from .arm_run import ArmRun, TeacherParts
 
 
 class LiveTeacher:
-    """The teacher's states of texts that grow as they are generated.
+    """The teacher's states (of every layer the bridges read) of texts that grow as they are
+    generated.
 
     When every text extends the one read before by the same number of tokens and none is
     padded (always so with a shared tokenizer and prompts of one length), only the new tokens
@@ -32,20 +33,19 @@ class LiveTeacher:
     def __init__(self, teacher: TeacherParts):
         self.teacher = teacher
         self.rows: list[list[int]] | None = None
-        self.states: torch.Tensor | None = None
+        self.states: torch.Tensor | None = None  # (L, B, U, d_t): `rows`' states, a layer per teacher.layers
         self.past = None  # the key-value cache of `rows`, when they have one length
-        self.tails: dict[tuple[int, ...], torch.Tensor] = {}  # a prefix's ids -> its states
+        self.tails: dict[tuple[int, ...], torch.Tensor] = {}  # a prefix's ids -> its states (L, n, d_t)
         # transformers renamed `past_key_values` to `cache` in the 5.x line; take whichever this one has.
         names = inspect.signature(teacher.model.forward).parameters
         self.cache_name = "cache" if "cache" in names else "past_key_values"
 
-    def keys(self, texts: list[Encoded]) -> torch.Tensor:
-        """(B, K, d_t): each text's whole-text teacher states, then its tails' (the layout
-        `pairing.key_mask` reads), zero-padded. A tail's states come from a pass over its own
-        prefix (remembered: a prompt's tails recur at every generated token)."""
-        states = self.read([e.teacher for e in texts])
-        wanted = [(tuple(prefix), keep) for e in texts for prefix, keep in e.tail_prefixes()]
-        missing = sorted({prefix for prefix, _ in wanted if prefix not in self.tails})
+    def keys(self, texts: list[Encoded]) -> dict[int, torch.Tensor]:
+        """layer -> (B, K, d_t): each text's whole-text teacher states, then its tails' (the
+        layout `pairing.key_mask` reads), zero-padded. A tail's states come from a pass over its
+        own prefix (remembered: a prompt's tails recur at every generated token)."""
+        states = self._read([e.teacher for e in texts])
+        missing = sorted({tuple(prefix) for e in texts for prefix, _ in e.tail_prefixes()} - set(self.tails))
         if missing:
             ids = as_tensor([list(m) for m in missing])
             lengths = torch.tensor([len(m) for m in missing])
@@ -54,25 +54,23 @@ class LiveTeacher:
             self.past = None  # that pass was not the texts' own
             self.rows = None
             for b, m in enumerate(missing):
-                self.tails[m] = hidden[b, :len(m)]
-        if not wanted:
-            return states
-        width = max(e.keys for e in texts)
-        out = torch.zeros(len(texts), width, states.shape[-1])
-        for b, e in enumerate(texts):
-            parts = [states[b, :len(e.teacher)]] + [self.tails[tuple(p)][-k:] for p, k in e.tail_prefixes()]
-            keys = torch.cat(parts)
-            out[b, :len(keys)] = keys
-        return out
+                self.tails[m] = hidden[:, b, :len(m)]
+        keys = gather_keys(texts, states, lambda b: [self.tails[tuple(p)][:, -k:]
+                                                     for p, k in texts[b].tail_prefixes()])
+        return dict(zip(self.teacher.layers, keys))
 
-    def read(self, rows: list[list[int]]) -> torch.Tensor:
-        """rows: teacher ids of each text -> (B, U_max, d_t) float32 states, zero-padded."""
+    def read(self, rows: list[list[int]]) -> dict[int, torch.Tensor]:
+        """rows: teacher ids of each text -> layer -> (B, U_max, d_t) float32 states, zero-padded."""
+        return dict(zip(self.teacher.layers, self._read(rows)))
+
+    def _read(self, rows: list[list[int]]) -> torch.Tensor:
+        """`read`, the layers stacked: (L, B, U_max, d_t)."""
         old = self.rows
         grown = (old is not None and self.past is not None and len(rows) == len(old)
                  and len({len(r) for r in rows}) == 1 and all(r[:len(o)] == o for r, o in zip(rows, old)))
         if grown and len(rows[0]) > len(old[0]):
             new = torch.tensor([r[len(old[0]):] for r in rows], dtype=torch.long)
-            self.states = torch.cat([self.states, self._forward(new, None, self.past)], dim=1)
+            self.states = torch.cat([self.states, self._forward(new, None, self.past)], dim=2)
         elif not grown:
             ids = as_tensor(rows)
             lengths = torch.tensor([len(r) for r in rows])
@@ -86,12 +84,12 @@ class LiveTeacher:
         return self.states
 
     def _forward(self, ids: torch.Tensor, mask: torch.Tensor | None, past) -> torch.Tensor:
-        """ids (B, n) -> their states (B, n, d_t), float32 (rounded as the cached ones are)."""
+        """ids (B, n) -> their states (L, B, n, d_t), float32 (rounded as the cached ones are)."""
         with torch.no_grad(), autocast(torch.device("cpu"), self.teacher.precision):
             out = self.teacher.model(input_ids=ids, attention_mask=mask, use_cache=True, output_hidden_states=True,
                                      **{self.cache_name: past})
         self.past = getattr(out, self.cache_name)
-        states = out.hidden_states[self.teacher.layer].float()
+        states = torch.stack([out.hidden_states[layer] for layer in self.teacher.layers]).float()
         return states.to(torch.bfloat16).float() if self.teacher.round_bf16 else states
 
 

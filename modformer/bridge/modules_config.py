@@ -58,6 +58,10 @@ class BridgeSection:
     places: list[str] = option(default_factory=lambda: ["input"],
                                help="where bridges sit: input (after the embedding, as in the reference) and/or "
                                     "block_i (after student block i)")
+    teacher_layers: list[int] | None = option(
+        None, "the teacher layer each bridge reads, in the order of places (numbered as teacher.layer), e.g. "
+              "places [input, block_1] with teacher_layers [8, -1]; null: every bridge reads teacher.layer. One "
+              "teacher pass caches every layer read")
     n_heads: int = option(8, "bridge attention heads (reference 8); must divide the student width")
     dropout: float = option(0.1, "attention dropout in the bridge (reference 0.1)")
     adapter_bottleneck: int = option(256, "adapter width (reference 256)")
@@ -145,6 +149,11 @@ class ModulesConfig:
             (0 <= self.train.distill_weight <= 1, "train.distill_weight must lie in [0, 1]"),
             (bool(self.seeds) and len(set(self.seeds)) == len(self.seeds), "seeds must be a non-empty list without repeats"),
             (bool(self.arms) and len(set(self.arms)) == len(self.arms), "arms must be a non-empty list without repeats"),
+            (bool(self.bridge.places) and len(set(self.bridge.places)) == len(self.bridge.places),
+             "bridge.places must be a non-empty list without repeats"),
+            (self.bridge.teacher_layers is None or len(self.bridge.teacher_layers) == len(self.bridge.places),
+             f"bridge.teacher_layers must name one teacher layer per bridge place ({len(self.bridge.places)}: "
+             f"{', '.join(self.bridge.places)}), or be null"),
         ]
         for ok, message in checks:
             if not ok:
@@ -153,6 +162,24 @@ class ModulesConfig:
         if unknown:
             raise ConfigError(f"unknown arm '{unknown[0]}' (known: {', '.join(ARMS)})")
         self._check_student()
+
+    @property
+    def place_layers(self) -> dict[str, int]:
+        """bridge place -> the teacher layer it reads."""
+        layers = self.bridge.teacher_layers or [self.teacher.layer] * len(self.bridge.places)
+        return dict(zip(self.bridge.places, layers))
+
+    @property
+    def read_layers(self) -> list[int]:
+        """The teacher layers the bridges read, each once, in the order of their first place."""
+        return list(dict.fromkeys(self.place_layers.values()))
+
+    def reading(self) -> str:
+        """Which teacher layer each bridge reads, in words."""
+        layers = self.place_layers
+        if len(set(layers.values())) == 1:
+            return f"layer {next(iter(layers.values()))}"
+        return "layers " + ", ".join(f"{layer} at {place}" for place, layer in layers.items())
 
     @property
     def student_tokenizer(self) -> str:

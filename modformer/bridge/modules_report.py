@@ -10,11 +10,13 @@ from typing import Any
 
 import yaml
 
+from ..configtools import from_dict
 from ..figures import plt, save_figure
 from ..sweep.stats import summarize
 from ..train.checkpoint import atomic_write_text
 from ..train.records import read_records
 from .arms import ARMS
+from .modules_config import ModulesConfig
 
 UNIT = (0.0, 1.0)
 POSITIVE = (0.0, float("inf"))
@@ -66,7 +68,8 @@ def write_modules_report(out: str | Path) -> Path:
     split = json.loads((out / "split.json").read_text())
     by_arm = _results(out)
     arms = [a for a in cfg["arms"] if a in by_arm]
-    lines = [f"# LLM Modules: {cfg['data']['task']}, teacher {cfg['teacher']['name']} (layer {cfg['teacher']['layer']})",
+    lines = [f"# LLM Modules: {cfg['data']['task']}, teacher {cfg['teacher']['name']} "
+             f"({from_dict(ModulesConfig, cfg).reading()})",
              "", f"{len(split['train'])} training items, {len(split['held_out'])} held out (never trained on); "
                  f"{_corpus(cfg['data'])}; loss on the {cfg['data']['loss_on']}; {cfg['train']['steps']} steps of "
                  f"{cfg['train']['batch_size']}; student lr {cfg['train']['student_lr']}, bridge lr "

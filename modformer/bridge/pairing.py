@@ -30,6 +30,7 @@ the whole text's teacher states followed by every position's tail (`key_mask` la
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -157,6 +158,18 @@ def key_mask(rows: list[Encoded], leaky: bool = False) -> torch.Tensor:
             mask[b, i, start:start + tail] = True
             start += tail
     return mask
+
+
+def gather_keys(rows: list[Encoded], whole: torch.Tensor,
+                tails: Callable[[int], list[torch.Tensor]]) -> torch.Tensor:
+    """The keys of each row in the layout `key_mask` reads, zero-padded: (*, B, K, d) from
+    `whole` (*, B, U, d), the states of each row's whole text, and `tails(b)`, the states
+    of row b's tails in `Encoded.tail_prefixes` order, (*, n, d) each (* may be a layer axis)."""
+    out = whole.new_zeros(*whole.shape[:-3], len(rows), max(e.keys for e in rows), whole.shape[-1])
+    for b, e in enumerate(rows):
+        keys = torch.cat([whole[..., b, :len(e.teacher), :], *tails(b)], dim=-2)
+        out[..., b, :keys.shape[-2], :] = keys
+    return out
 
 
 def as_tensor(rows: list[list[int]], fill: int = 0) -> torch.Tensor:

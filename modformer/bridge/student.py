@@ -10,7 +10,7 @@ unchanged and, called without teacher states, it is exactly the student alone.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import torch
 from torch import nn
@@ -43,7 +43,7 @@ class BridgedStudent(nn.Module):
             raise ValueError(f"bridge place must be 'input' or 'block_i' with i < {len(points) - 1}, got {wrong[0]!r}")
         self.bridges = nn.ModuleDict({place: EnhancedCrossAttention(
             d_student, d_teacher, n_heads, dropout=dropout, adapter_bottleneck=adapter_bottleneck) for place in places})
-        self._reading: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._reading: tuple[dict[str, torch.Tensor], torch.Tensor] | None = None
         self._handles = [points[place].register_forward_hook(self._bridge_hook(place)) for place in places]
 
     def remove(self) -> nn.Module:
@@ -57,16 +57,24 @@ class BridgedStudent(nn.Module):
         def hook(_module, _inputs, output):
             if self._reading is None:  # the student called alone
                 return output
+            states, visible = self._reading
             if isinstance(output, tuple):  # some Hugging Face layers return (hidden states, extras...)
-                return (self.bridges[place](output[0], *self._reading), *output[1:])
-            return self.bridges[place](output, *self._reading)
+                return (self.bridges[place](output[0], states[place], visible), *output[1:])
+            return self.bridges[place](output, states[place], visible)
         return hook
 
-    def forward(self, tokens: torch.Tensor, teacher_states: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
-        """tokens (B, S), teacher_states (B, U, d_teacher), visible (B, S) counts or (B, S, U)
+    def forward(self, tokens: torch.Tensor, teacher_states: torch.Tensor | Mapping[str, torch.Tensor],
+                visible: torch.Tensor) -> torch.Tensor:
+        """tokens (B, S), teacher_states (B, U, d_teacher) for every bridge, or place -> (B, U,
+        d_teacher) (bridges reading different teacher layers), visible (B, S) counts or (B, S, U)
         bool (see `EnhancedCrossAttention`) -> logits (B, S, vocab)."""
         device = tokens.device
-        self._reading = (teacher_states.to(device), visible.to(device))
+        if isinstance(teacher_states, torch.Tensor):
+            teacher_states = dict.fromkeys(self.bridges, teacher_states)
+        missing = [place for place in self.bridges if place not in teacher_states]
+        if missing:
+            raise ValueError(f"no teacher states for the bridge at {missing[0]}")
+        self._reading = ({place: teacher_states[place].to(device) for place in self.bridges}, visible.to(device))
         try:
             return self.student(tokens)
         finally:

@@ -85,6 +85,18 @@ def atomic_write_folder(path: Path, write) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+
+def atomic_write_folders(paths: list[Path], write) -> None:
+    """`atomic_write_folder` for several folders that one call `write(tmp_folders)` fills
+    (e.g. from one pass over data): each folder is put in place only after `write` has
+    returned, so each is whole or absent."""
+    def nest(i: int, partials: list[Path]) -> None:
+        if i == len(paths):
+            write(partials)
+        else:
+            atomic_write_folder(paths[i], lambda tmp: nest(i + 1, [*partials, tmp]))
+    nest(0, [])
+
 def optimizer_tensors(optimizer: torch.optim.Optimizer, names: dict[nn.Parameter, str]) -> dict[str, torch.Tensor]:
     out = {}
     for param, state in optimizer.state.items():
