@@ -37,6 +37,16 @@ def test_same_grid_for_every_variant(tmp_path):
     assert by_variant["standard"] == by_variant["frozen_qk"]
 
 
+def test_grid_points_never_share_a_folder():
+    from modformer.sweep.spec import point_name
+
+    assert point_name([("train.lr", 0.001), ("train.batch_size", 128)]) == "train.lr=0.001,train.batch_size=128"
+    assert point_name([]) == "default"
+    names = {point_name([("task.path", v)]) for v in ("a/b", "a_b", "a b", "a:b", "x" * 300, "x" * 301)}
+    assert len(names) == 6 and "task.path=a_b" in names
+    assert all(len(n) < 255 and "/" not in n and " " not in n for n in names)
+
+
 @pytest.mark.parametrize("change, key", [
     ({"grid": {"train.lrr": [1]}}, "train.lrr"),
     ({"grid": {"train.seed": [1]}}, "train.seed"),

@@ -16,6 +16,7 @@ All runs are built and checked before the first starts, so a bad grid key fails 
 from __future__ import annotations
 
 import copy
+import hashlib
 import itertools
 import re
 from dataclasses import dataclass
@@ -70,9 +71,16 @@ class RunSpec:
 
 
 def point_name(point: Sequence[tuple[str, Any]]) -> str:
-    """A grid point as a folder name: `train.lr=0.001,train.batch_size=128` ('default' if empty)."""
+    """A grid point as a folder name: `train.lr=0.001,train.batch_size=128` ('default' if empty).
+
+    Characters unsafe in a file name become `_`; a name so changed, or too long for a file
+    name, ends with `~` and a hash of the point's full text, so that two points ("a/b" and
+    "a_b") never share a folder (no plain name contains `~`)."""
     text = ",".join(f"{k}={v}" for k, v in point) or "default"
-    return re.sub(r"[^A-Za-z0-9_.,=+-]", "_", text)
+    safe = re.sub(r"[^A-Za-z0-9_.,=+-]", "_", text)
+    if safe == text and len(text) <= 200:
+        return text
+    return f"{safe[:200]}~{hashlib.sha256(text.encode()).hexdigest()[:10]}"
 
 
 @dataclass
