@@ -112,3 +112,22 @@ def test_bidirectional_mixing_refuses_other_lengths():
     model(torch.randint(0, 40, (2, 16)))
     with pytest.raises(ValueError, match="length 16"):
         model(torch.randint(0, 40, (2, 10)))
+
+
+def test_mixit_mixes_values_without_a_per_sequence_copy_of_its_matrix():
+    """MixiT's output is A v per head; its backward keeps A once, not a (B x H, T, T) copy
+    (what a broadcast `A @ v` keeps), and captured patterns give the same output."""
+    from modformer.model.mixing import mix_values
+
+    g = torch.Generator().manual_seed(0)
+    mix, v = torch.randn(4, 12, 12, generator=g, dtype=torch.float64), torch.randn(3, 4, 12, 8, generator=g,
+                                                                                  dtype=torch.float64)
+    assert torch.allclose(mix_values(mix, v), (mix @ v).transpose(1, 2), atol=1e-12)
+    model = build_model(small(variant="mixit", max_seq_len=64), seed=0)
+    tokens = torch.randint(0, 40, (8, 64))
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel()) or t, lambda t: t):
+        logits = model(tokens)
+    assert max(saved) < 8 * 4 * 64 * 64  # the largest is the logits', B x T x vocab; none is B x H x T x T
+    with capture(model, "blocks.*.mixer.pattern"):
+        assert torch.allclose(model(tokens), logits, atol=1e-5)

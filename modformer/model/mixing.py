@@ -87,12 +87,25 @@ class MixingMixer(nn.Module):
         if offset + T > self.mixing.shape[-1]:
             raise ValueError(f"sequence length {offset + T} exceeds model.max_seq_len={self.mixing.shape[-1]}")
         mix = self.mixing[:, offset:offset + T, :offset + T].to(x.dtype)  # (H, T, offset + T): rows of these positions
-        if self.pattern.active:
-            mix = self.pattern(mix.expand(B, -1, -1, -1))
         v = self.v_proj(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, hd)
         if cache is not None:
             v = cache.extend("v", v)
-        return self.o_proj((mix @ v).transpose(1, 2).reshape(B, T, -1))
+        if self.pattern.active:  # a hook sees (and may edit) a pattern per sequence, as attention weights are
+            mixed = (self.pattern(mix.expand(B, -1, -1, -1)) @ v).transpose(1, 2)
+        else:
+            mixed = mix_values(mix, v)
+        return self.o_proj(mixed.reshape(B, T, -1))
+
+
+def mix_values(mix: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """mix (H, T, S), v (B, H, S, hd) -> (B, T, H, hd): out[b, t, h] = sum_s mix[h, t, s] v[b, h, s].
+
+    One product per head over the batch's values side by side. The broadcast `mix @ v` would
+    copy mix once per sequence, (B x H, T, S), and keep that copy for backward: more memory
+    than attention's weights at long lengths."""
+    B, H, S, hd = v.shape
+    out = torch.bmm(mix, v.permute(1, 2, 0, 3).reshape(H, S, B * hd))  # (H, T, B * hd)
+    return out.view(H, -1, B, hd).permute(2, 1, 0, 3)
 
 
 @MIXERS.register("mixing")
