@@ -200,13 +200,13 @@ class ArmRun:
             batch = self.data.train_batch(self.seed, step, tc.batch_size, self.cfg.data.task_fraction)
             for group in optimizer.param_groups:
                 group["lr"] = group["base_lr"] * learning_rate(step, schedule)
+            optimizer.zero_grad(set_to_none=True)  # not held through the forward
             with autocast(torch.device("cpu"), tc.precision):
                 loss = self.loss(batch)
             value = loss.item()
             if not math.isfinite(value):
                 raise TrainingDiverged(f"the loss became {value} at step {step + 1} of {self.arm.description}; "
                                        f"try lower learning rates")
-            optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, tc.grad_clip if tc.grad_clip > 0 else math.inf)
             optimizer.step()

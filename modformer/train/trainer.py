@@ -235,6 +235,7 @@ class Trainer:
         lr = learning_rate(step, tc)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
+        self.optimizer.zero_grad(set_to_none=True)  # the last step's gradients are not held through the forward
         with autocast(self.device, tc.precision):
             logits = self.step_model(batch.inputs)
         if self.world.size > 1:  # this share's token sum, over the global token count (see distributed.py)
@@ -246,7 +247,6 @@ class Trainer:
             loss_value = loss.item()
         if not math.isfinite(loss_value):
             self._diverged("loss", loss_value, step)
-        self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.trainable, tc.grad_clip if tc.grad_clip > 0 else math.inf)
         if not math.isfinite(grad_norm):  # a finite loss can still have non-finite gradients
