@@ -76,6 +76,34 @@ def test_layers_not_cached_yet_are_computed_together_from_one_pass(tmp_path):
     assert not calls  # every layer cached
 
 
+def test_a_layer_another_process_cached_first_is_used_and_the_others_still_land(tmp_path, monkeypatch):
+    """Two processes filling the same caches: where the other one's folder lands between our
+    write and our rename, its cache is used; the layers it did not write are still ours."""
+    import pathlib
+    import shutil
+
+    teacher = Teacher(tiny_llama(), layer=2)
+    rows = [torch.randint(0, 100, (n,), generator=torch.Generator().manual_seed(0)) for n in (5, 9, 3)]
+    theirs = TeacherStateCache.build(Teacher(teacher.model, 2), "tiny", rows, tmp_path / "theirs")
+    folders = {0: tmp_path / "layer0", 2: tmp_path / "layer2"}
+    rename = pathlib.Path.rename
+
+    def racing(self, target):
+        if pathlib.Path(target) == folders[2]:
+            shutil.copytree(tmp_path / "theirs", target)  # the other process got there first
+            raise OSError("exists")
+        return rename(self, target)
+
+    monkeypatch.setattr(pathlib.Path, "rename", racing)
+    caches = TeacherStateCache.build_layers(teacher, "tiny", rows, folders)
+    monkeypatch.undo()
+    assert torch.equal(caches[2].get([0, 1, 2])[0], theirs.get([0, 1, 2])[0])
+    assert torch.equal(caches[0].get([0, 1, 2])[0],
+                       TeacherStateCache.build(Teacher(teacher.model, 0), "tiny", rows, tmp_path / "alone0").get(
+                           [0, 1, 2])[0])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["alone0", "layer0", "layer2", "theirs"]  # no partials left
+
+
 def test_each_bridge_reads_the_states_given_for_its_place():
     from modformer import build_model
     from modformer.bridge.student import BridgedStudent
@@ -174,6 +202,8 @@ def test_bad_layer_choices_are_refused_before_any_work(tiny_teacher, tmp_path, m
 
     with pytest.raises(ConfigError, match="one teacher layer per bridge place"):
         tiny_config(tiny_teacher, "bridge.places=[input,block_1]", "bridge.teacher_layers=[1]")
+    with pytest.raises(ConfigError, match="teacher.layer and bridge.teacher_layers both choose layers"):
+        tiny_config(tiny_teacher, "teacher.layer=1", "bridge.places=[input,block_1]", "bridge.teacher_layers=[1,2]")
     with pytest.raises(ConfigError, match="bridge.places must be a non-empty list without repeats"):
         tiny_config(tiny_teacher, "bridge.places=[input,input]", "bridge.teacher_layers=[1,2]")
     monkeypatch.setenv("MODFORMER_CACHE", str(tmp_path / "cache"))

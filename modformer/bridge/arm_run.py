@@ -132,7 +132,9 @@ class ArmRun:
     def noise(self, rows: list[int], length: int) -> dict[int, torch.Tensor]:
         """layer -> (B, length, d_t) noise with that layer's per-dimension mean and std of the
         real states, fixed per (seed, cache row): the same text always gets the same noise, its
-        prefixes included."""
+        prefixes included. The layers' noises are independent draws from one stream per row (with
+        one layer, the stream of earlier versions), so a layer's noise depends on which layers
+        are read together."""
         if length > self.noise_len:
             raise ModformerError(f"a generated text needs {length} teacher positions, more than the random arm's "
                                  f"{self.noise_len}; lower train.max_new_tokens")

@@ -132,7 +132,8 @@ class TeacherStateCache:
                 if caches[layer] is None:
                     raise ModformerError(f"cannot write the teacher-state cache {folders[layer]}") from None
             return caches
-        return {layer: cache or cls(folders[layer], index[layer]) for layer, cache in caches.items()}
+        return {layer: cache if cache is not None else cls(folders[layer], index[layer])
+                for layer, cache in caches.items()}
 
     @classmethod
     def _open(cls, folder: Path, key: str) -> "TeacherStateCache | None":

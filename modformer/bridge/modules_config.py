@@ -22,7 +22,7 @@ class TeacherSection:
     name: str = option(PACKAGED_TEACHER, "the packaged offline teacher (SmolLM2-135M-Instruct), a local Hugging Face "
                                          "folder, or a hub name when the network allows")
     layer: int = option(-1, "hidden states the bridges read, Hugging Face numbering: 0 the embeddings, i after "
-                            "block i, -1 after the final norm")
+                            "block i, -1 after the final norm (bridge.teacher_layers: a layer per bridge)")
     precision: str = option("bf16", "the teacher's forward pass: fp32, or bf16 autocast (3x faster on this CPU)")
     cache_dtype: str = option("bf16", "teacher states on disk: float32 or bf16")
     batch_size: int = option(16, "texts per teacher forward pass when filling the cache")
@@ -151,6 +151,9 @@ class ModulesConfig:
             (bool(self.arms) and len(set(self.arms)) == len(self.arms), "arms must be a non-empty list without repeats"),
             (bool(self.bridge.places) and len(set(self.bridge.places)) == len(self.bridge.places),
              "bridge.places must be a non-empty list without repeats"),
+            (self.bridge.teacher_layers is None or self.teacher.layer == -1,
+             "teacher.layer and bridge.teacher_layers both choose layers: with bridge.teacher_layers (one per place) "
+             "leave teacher.layer at its default"),
             (self.bridge.teacher_layers is None or len(self.bridge.teacher_layers) == len(self.bridge.places),
              f"bridge.teacher_layers must name one teacher layer per bridge place ({len(self.bridge.places)}: "
              f"{', '.join(self.bridge.places)}), or be null"),

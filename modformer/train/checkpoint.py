@@ -73,29 +73,34 @@ def atomic_write_folder(path: Path, write) -> None:
     """Call `write(tmp_folder)` on a new, empty sibling folder, then put it in place of
     `path` (a folder already there is removed first). Whatever fails, the sibling is
     removed: no half-written folder is ever left at `path` or beside it."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.partial-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        tmp.mkdir(parents=True)
-        write(tmp)
-        shutil.rmtree(path, ignore_errors=True)
-        tmp.rename(path)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
+    atomic_write_folders([path], lambda tmps: write(tmps[0]))
 
 
 def atomic_write_folders(paths: list[Path], write) -> None:
     """`atomic_write_folder` for several folders that one call `write(tmp_folders)` fills
-    (e.g. from one pass over data): each folder is put in place only after `write` has
-    returned, so each is whole or absent."""
-    def nest(i: int, partials: list[Path]) -> None:
-        if i == len(paths):
-            write(partials)
-        else:
-            atomic_write_folder(paths[i], lambda tmp: nest(i + 1, [*partials, tmp]))
-    nest(0, [])
+    (e.g. from one pass over data). Each folder is put in place on its own once `write` has
+    returned, so each is whole or absent; if some cannot be (another process's folder got
+    there first), the others still are, and an OSError names those that were not."""
+    paths = [Path(p) for p in paths]
+    tmps = [p.with_name(f".{p.name}.partial-{os.getpid()}") for p in paths]
+    try:
+        for tmp in tmps:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+        write(tmps)
+        failed = []
+        for path, tmp in zip(paths, tmps):
+            shutil.rmtree(path, ignore_errors=True)
+            try:
+                tmp.rename(path)
+            except OSError:
+                failed.append(path)
+        if failed:
+            raise OSError(f"cannot put in place: {', '.join(map(str, failed))}")
+    finally:
+        for tmp in tmps:
+            shutil.rmtree(tmp, ignore_errors=True)
+
 
 def optimizer_tensors(optimizer: torch.optim.Optimizer, names: dict[nn.Parameter, str]) -> dict[str, torch.Tensor]:
     out = {}
