@@ -195,6 +195,14 @@ def test_experiment_with_two_layers_runs_every_arm_and_says_so(tiny_teacher, tmp
                                                                                                        "block_1"}
     assert any("(layers 1 at input, -1 at block_1)" in line for line in lines)
     assert "(layers 1 at input, -1 at block_1)" in write_modules_report(tmp_path / "out").read_text()
+    # Other layers make another experiment; the same layers written another way do not.
+    one_layer = ["bridge.places=[input,block_1]", "teacher.layer=1", "arms=[alone]"]
+    with pytest.raises(ModformerError, match="another config"):  # block_1 read -1 there
+        ModulesExperiment(tiny_config(tiny_teacher, *one_layer), tmp_path / "out", echo=lambda *_: None).run()
+    ModulesExperiment(tiny_config(tiny_teacher, *one_layer), tmp_path / "other", echo=lambda *_: None).run()
+    again = ModulesExperiment(tiny_config(tiny_teacher, *one_layer[::2], "bridge.teacher_layers=[1,1]"),
+                              tmp_path / "other", echo=lambda *_: None).run()
+    assert [r["arm"] for r in again] == ["alone"]
 
 
 def test_bad_layer_choices_are_refused_before_any_work(tiny_teacher, tmp_path, monkeypatch):

@@ -46,6 +46,14 @@ from .texts import EXTRACT, arithmetic_items, fact_items, load_corpus, split_ite
 EVAL_ITEMS = 200  # training (and arithmetic held-out) items whose generated answers are scored
 
 
+def _comparable(cfg: ModulesConfig) -> dict[str, Any]:
+    """What must not change in a folder: all but the arms and seeds (more may be added to a
+    stopped or finished experiment), the layers read compared per bridge however written."""
+    out = {k: v for k, v in to_dict(cfg).items() if k not in ("arms", "seeds")}
+    out["teacher"]["layer"], out["bridge"]["teacher_layers"] = None, list(cfg.place_layers.values())
+    return out
+
+
 class ModulesExperiment:
     def __init__(self, cfg: ModulesConfig, out: Path, echo=print):
         self.cfg, self.out, self.echo = cfg, Path(out), echo
@@ -58,15 +66,11 @@ class ModulesExperiment:
         saved = self.out / "config.yaml"
         if saved.exists() and self._started():
             try:  # read with today's defaults: a field added since then, at its default, is no change
-                before = to_dict(from_dict(ModulesConfig, yaml.safe_load(saved.read_text())))
+                before = from_dict(ModulesConfig, yaml.safe_load(saved.read_text()))
             except (ModformerError, yaml.YAMLError, TypeError) as e:
                 raise ModformerError(f"{saved} cannot be read as an experiment config ({e}); choose another "
                                      f"--out") from None
-            now = to_dict(self.cfg)
-            # More arms or seeds may be added to a stopped or finished experiment; nothing else may change.
-            same = {k: v for k, v in before.items() if k not in ("arms", "seeds")} == \
-                   {k: v for k, v in now.items() if k not in ("arms", "seeds")}
-            if not same:
+            if _comparable(before) != _comparable(self.cfg):
                 raise ModformerError(f"{self.out} holds an experiment with another config; choose another --out")
         self.out.mkdir(parents=True, exist_ok=True)
         atomic_write_text(saved, self.cfg.to_yaml())
