@@ -13,6 +13,8 @@ seq_len 8 and the review "Great film." (3 tokens, say 812 2270 14), label 1::
     inputs   812 2270 14 0     1 1 1 1       (0 = end-of-text, 1 = padding)
     targets  -   -    -  4097  - - - -       (- = not scored; 4097 = class 1)
 
+`task.pooling: mean` reads the class from the mean over the review's positions instead (the
+output head is linear, so averaging its class logits is applying it to the mean state).
 The paper's classifier is bidirectional: set `model.attention.causal=false` (standard
 attention) and `model.mixing.causal=false` (MixiT) so every position sees the whole
 review; a causal model works too, since the last position already sees every token.
@@ -49,6 +51,9 @@ class SentimentConfig(TextTaskConfig):
     label_column: str = option("label", "column (or JSON field) holding the class, an integer 0 .. n_classes - 1")
     n_classes: int = option(2, "number of classes")
     truncate: str = option("head", "which part of a long review is kept: head (its first tokens) or tail (its last)")
+    pooling: str = option("last", "where the class is read: last (at the last non-pad token, the paper's classifier) "
+                                  "or mean (the class logits averaged over the review's non-pad positions: the "
+                                  "output head applied to the mean of its final normed states)")
     validation_fraction: float = option(0.1, "fraction of the (distinct) documents in the validation split")
     test_fraction: float = option(0.1, "fraction of the (distinct) documents in the test split")
     test_size: int = option(2500, "examples of the test split in the test set; all if fewer")
@@ -60,6 +65,8 @@ class SentimentConfig(TextTaskConfig):
             raise ConfigError(f"task.n_classes must be at least 2, got {self.n_classes}")
         if self.truncate not in ("head", "tail"):
             raise ConfigError(f"task.truncate must be head or tail, got {self.truncate!r}")
+        if self.pooling not in ("last", "mean"):
+            raise ConfigError(f"task.pooling must be last or mean, got {self.pooling!r}")
 
 
 @TASKS.register("sentiment")
@@ -98,11 +105,17 @@ class Sentiment(TextTask):
         return Batch.from_numpy(inputs, targets, {"label": labels})
 
     def _class_logits(self, logits: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-        """logits (B, T, V) -> the class logits at each example's scored position (B, n_classes)
-        and the classes (B,)."""
-        scored = batch.targets != IGNORE  # exactly one position per row
-        picked = logits[scored][:, self.first_class:self.first_class + self.n_classes]
-        return picked.float(), batch.targets[scored] - self.first_class
+        """logits (B, T, V) -> each example's class logits (B, n_classes), at its scored position
+        or (`pooling: mean`) averaged over its positions up to that one, and the classes (B,)."""
+        scored = batch.targets != IGNORE  # exactly one position per row: the last non-pad one
+        classes = logits[..., self.first_class:self.first_class + self.n_classes].float()  # (B, T, n_classes)
+        if self.cfg.pooling == "mean":
+            last = scored.int().argmax(1)  # (B,)
+            review = torch.arange(scored.shape[1], device=scored.device)[None, :] <= last[:, None]  # (B, T)
+            picked = (classes * review[..., None]).sum(1) / review.sum(1, keepdim=True)
+        else:
+            picked = classes[scored]
+        return picked, batch.targets[scored] - self.first_class
 
     def loss(self, logits: torch.Tensor, batch: Batch, reduction: str = "mean") -> torch.Tensor:
         """Cross-entropy over the n_classes class logits at the last non-pad token."""
