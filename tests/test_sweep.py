@@ -37,14 +37,18 @@ def test_same_grid_for_every_variant(tmp_path):
     assert by_variant["standard"] == by_variant["frozen_qk"]
 
 
-def test_grid_points_never_share_a_folder():
-    from modformer.sweep.spec import point_name
+def test_grid_points_never_share_a_folder_and_plain_names_stay_as_they_were():
+    from modformer.sweep.spec import point_names
 
-    assert point_name([("train.lr", 0.001), ("train.batch_size", 128)]) == "train.lr=0.001,train.batch_size=128"
-    assert point_name([]) == "default"
-    names = {point_name([("task.path", v)]) for v in ("a/b", "a_b", "a b", "a:b", "x" * 300, "x" * 301)}
-    assert len(names) == 6 and "task.path=a_b" in names
+    assert point_names([(("train.lr", 0.001), ("train.batch_size", 128))]) == ["train.lr=0.001,train.batch_size=128"]
+    assert point_names([()]) == ["default"]
+    values = ["a/b", "a_b", "a b", "x" * 300, None, "None", ["blocks.*"], "y" * 240]
+    names = point_names([(("task.path", v),) for v in values])
+    assert len(set(names)) == len(values)
     assert all(len(n) < 255 and "/" not in n and " " not in n for n in names)
+    # a name no other point shares and short enough stays plain (earlier sweeps resume in their folders)
+    assert names[-2:] == ["task.path=__blocks.___", "task.path=" + "y" * 240]
+    assert all("~" in n for n in names[:6])
 
 
 @pytest.mark.parametrize("change, key", [

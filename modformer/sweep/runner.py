@@ -162,8 +162,10 @@ class SweepRunner:
                                  f"train.init_from={missing[0].config.train.init_from} (train those runs first)")
         workers = self.sweep.spec.workers
         threads = max(1, (os.cpu_count() or 1) // workers)
-        fixed = {run.config.train.threads for run in todo} - {None}  # train.threads, where the config sets it
-        each = f"{threads} thread(s)" if not fixed else f"{'/'.join(map(str, sorted(fixed)))} thread(s) (train.threads)"
+        fixed = sorted({run.config.train.threads for run in todo} - {None})  # where train.threads sets them
+        default = any(run.config.train.threads is None for run in todo) or not todo
+        each = " or ".join([*(f"{t} (train.threads)" for t in fixed), *([str(threads)] if default else [])]) + \
+            " thread(s)"
         self.echo(f"sweep {self.out}: {len(runs)} runs, {len(runs) - len(todo)} already finished, "
                   f"{len(todo)} to train with {workers} worker(s) of {each}")
         pool = ThreadPoolExecutor(max_workers=workers)

@@ -18,7 +18,9 @@ from __future__ import annotations
 import copy
 import hashlib
 import itertools
+import json
 import re
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -60,27 +62,28 @@ class RunSpec:
     point: tuple[tuple[str, Any], ...]  # the grid point, in grid order
     seed: int
     config: RunConfig
-
-    @property
-    def point_name(self) -> str:
-        return point_name(self.point)
+    point_name: str  # the point's folder name, unique in its sweep (`point_names`)
 
     @property
     def run_id(self) -> str:
         return f"{self.variant}/{self.point_name}/seed{self.seed}"
 
 
-def point_name(point: Sequence[tuple[str, Any]]) -> str:
-    """A grid point as a folder name: `train.lr=0.001,train.batch_size=128` ('default' if empty).
+def point_names(points: Sequence[Sequence[tuple[str, Any]]]) -> list[str]:
+    """Each grid point's folder name: `train.lr=0.001,train.batch_size=128` ('default' if empty),
+    characters unsafe in a file name made `_`. Where that name is shared by several points
+    ("a/b" and "a_b", None and "None") or too long for a file name, it ends with `~` and a
+    hash of the point's values instead (no plain name contains `~`); every other name is the
+    plain one, as earlier versions named it, so their sweep folders resume."""
+    def plain(point) -> str:
+        return re.sub(r"[^A-Za-z0-9_.,=+-]", "_", ",".join(f"{k}={v}" for k, v in point) or "default")
 
-    Characters unsafe in a file name become `_`; a name so changed, or too long for a file
-    name, ends with `~` and a hash of the point's full text, so that two points ("a/b" and
-    "a_b") never share a folder (no plain name contains `~`)."""
-    text = ",".join(f"{k}={v}" for k, v in point) or "default"
-    safe = re.sub(r"[^A-Za-z0-9_.,=+-]", "_", text)
-    if safe == text and len(text) <= 200:
-        return text
-    return f"{safe[:200]}~{hashlib.sha256(text.encode()).hexdigest()[:10]}"
+    def hashed(point) -> str:
+        exact = json.dumps([[k, v] for k, v in point], default=repr)  # tells None from "None", 1 from "1"
+        return f"{plain(point)[:200]}~{hashlib.sha256(exact.encode()).hexdigest()[:10]}"
+
+    counts = Counter(plain(p) for p in points)  # the grid's points are distinct
+    return [plain(p) if counts[plain(p)] == 1 and len(plain(p)) <= 255 else hashed(p) for p in points]
 
 
 @dataclass
@@ -91,10 +94,11 @@ class Sweep:
     def runs(self) -> list[RunSpec]:
         """Every run, variants outermost and seeds innermost, each config fully checked."""
         keys = list(self.spec.grid)
+        points = [tuple(zip(keys, values)) for values in itertools.product(*(self.spec.grid[k] for k in keys))]
+        names = point_names(points)
         out = []
         for variant in self.spec.variants:
-            for values in itertools.product(*(self.spec.grid[k] for k in keys)):
-                point = tuple(zip(keys, values))
+            for i, point in enumerate(points):
                 for seed in self.spec.seeds:
                     data = copy.deepcopy(self.base)
                     data.setdefault("model", {})["variant"] = variant
@@ -104,7 +108,7 @@ class Sweep:
                     init = data["train"].get("init_from")
                     if isinstance(init, str):  # each run fine-tunes its own variant's and seed's model
                         data["train"]["init_from"] = init.replace("{variant}", variant).replace("{seed}", str(seed))
-                    out.append(RunSpec(variant, point, seed, config_from_dict(data)))
+                    out.append(RunSpec(variant, point, seed, config_from_dict(data), names[i]))
         return out
 
     def to_dict(self) -> dict[str, Any]:
