@@ -147,7 +147,7 @@ def test_mean_pooling_reads_the_class_from_every_position_of_the_review(tmp_path
     expected = torch.stack([logits[b, :n, 300:].mean(0) for b, n in enumerate(lengths.tolist())])
     got, classes = task._class_logits(logits, batch)
     assert torch.allclose(got, expected, atol=1e-6) and torch.equal(classes, batch.targets.max(1).values - 300)
-    logits[torch.arange(32)[None, :] >= lengths[:, None]] = 1e6  # padding positions do not count
+    logits[torch.arange(32)[None, :] >= lengths[:, None]] = -float("inf")  # padding positions do not count
     assert torch.allclose(task._class_logits(logits, batch)[0], expected, atol=1e-6)
     assert run(cfg, tmp_path / "run")["test"]["accuracy"] >= 0.8
     with pytest.raises(Exception, match="task.pooling must be last or mean"):

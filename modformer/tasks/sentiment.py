@@ -112,7 +112,7 @@ class Sentiment(TextTask):
         if self.cfg.pooling == "mean":
             last = scored.int().argmax(1)  # (B,)
             review = torch.arange(scored.shape[1], device=scored.device)[None, :] <= last[:, None]  # (B, T)
-            picked = (classes * review[..., None]).sum(1) / review.sum(1, keepdim=True)
+            picked = classes.masked_fill(~review[..., None], 0.0).sum(1) / review.sum(1, keepdim=True)
         else:
             picked = classes[scored]
         return picked, batch.targets[scored] - self.first_class
