@@ -9,7 +9,7 @@ A tiny random teacher (our standard model, or the same weights in Hugging Face's
   the build runs the teacher and writes the states; in every later epoch it finds them
   (it hashes every row to check) and reads them from the memory-mapped file.
 
-Teacher forward passes are counted by a forward hook on the teacher, so a count of 0
+Teacher forward passes are counted by a forward hook on its token embedding, so a count of 0
 means the teacher never ran. Times are wall-clock seconds of each whole epoch; the cache
 is written to a temporary folder and deleted afterwards. How much an epoch saves depends
 on the teacher's size: a tiny teacher is cheap to run, a real one (SmolLM2-135M) is not,
@@ -56,7 +56,7 @@ def teacher_cache_epochs(*, d_model: int = 256, n_layers: int = 4, n_heads: int 
         model = to_hf_llama(model, cfg)
     teacher = Teacher(model.eval(), layer=-1)
     calls = [0]
-    teacher.register_forward_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+    teacher.model.embed.register_forward_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
     g = torch.Generator().manual_seed(0)
     lengths = torch.randint(max(seq_len // 2, 1), seq_len + 1, (rows,), generator=g)
     data = [torch.randint(0, vocab_size, (int(n),), generator=g) for n in lengths]
