@@ -177,6 +177,7 @@ class ModulesData:
             return [t[:n] for t, n in zip(states, lengths.tolist())]
         return gather_keys(batch.texts, whole, tails)
 
+
 def concat(parts: list[Batch]) -> Batch:
     width = max(p.ids.shape[1] for p in parts)
     pad = lambda t, value: torch.nn.functional.pad(t, (0, width - t.shape[1]), value=value)  # noqa: E731
