@@ -1,5 +1,5 @@
 """Sentiment classification (`sentiment`): the random-attention paper's Yelp-polarity task,
-a classifier read at the last non-pad token.
+a classifier read at the last non-pad token (or, `pooling: mean`, over every position).
 
 Each review is tokenized, followed by end-of-text, cut to seq_len tokens (its first ones,
 end-of-text kept last; `truncate: tail` keeps its last ones instead) and padded on the
@@ -118,7 +118,7 @@ class Sentiment(TextTask):
         return picked, batch.targets[scored] - self.first_class
 
     def loss(self, logits: torch.Tensor, batch: Batch, reduction: str = "mean") -> torch.Tensor:
-        """Cross-entropy over the n_classes class logits at the last non-pad token."""
+        """Cross-entropy over the n_classes class logits (at the last non-pad token, or their mean)."""
         class_logits, classes = self._class_logits(logits, batch)
         return F.cross_entropy(class_logits, classes, reduction=reduction)
 
