@@ -159,9 +159,10 @@ class ModulesExperiment:
 
     def _layers(self, model) -> list[int]:
         """The teacher layers the bridges read, checked against the teacher before any work."""
-        layers, n = self.cfg.read_layers, model.config.num_hidden_layers
+        layers = self.cfg.read_layers
         key = "bridge.teacher_layers" if self.cfg.bridge.teacher_layers is not None else "teacher.layer"
         teacher = Teacher(model)
+        n = teacher.n_layers
         for layer in layers:
             try:
                 teacher.check_layer(layer)
@@ -192,7 +193,7 @@ class ModulesExperiment:
                    for layer in layers}
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.teacher.precision == "bf16"):
             started = time.perf_counter()
-            caches = TeacherStateCache.build_layers(Teacher(model, layers[0]), cfg.teacher.name, rows, folders,
+            caches = TeacherStateCache.build_layers(Teacher(model), cfg.teacher.name, rows, folders,
                                                     dtype=cfg.teacher.cache_dtype, batch_size=cfg.teacher.batch_size,
                                                     keep=keep)
         for layer, folder in folders.items():

@@ -78,12 +78,13 @@ def point_names(points: Sequence[Sequence[tuple[str, Any]]]) -> list[str]:
     def plain(point) -> str:
         return re.sub(r"[^A-Za-z0-9_.,=+-]", "_", ",".join(f"{k}={v}" for k, v in point) or "default")
 
-    def hashed(point) -> str:
+    def hashed(point, name: str) -> str:
         exact = json.dumps([[k, v] for k, v in point], default=repr)  # tells None from "None", 1 from "1"
-        return f"{plain(point)[:200]}~{hashlib.sha256(exact.encode()).hexdigest()[:10]}"
+        return f"{name[:200]}~{hashlib.sha256(exact.encode()).hexdigest()[:10]}"
 
-    counts = Counter(plain(p) for p in points)  # the grid's points are distinct
-    return [plain(p) if counts[plain(p)] == 1 and len(plain(p)) <= 255 else hashed(p) for p in points]
+    names = [plain(p) for p in points]
+    counts = Counter(names)  # the grid's points are distinct
+    return [n if counts[n] == 1 and len(n) <= 255 else hashed(p, n) for p, n in zip(points, names)]
 
 
 @dataclass
