@@ -16,6 +16,7 @@ import yaml
 from . import tasks as _tasks  # noqa: F401  (registers the tasks)
 from . import variants as _variants  # noqa: F401  (registers the variants and parts)
 from .configtools import apply_override, from_dict, option, to_dict
+from .construction import apply_construction
 from .errors import ConfigError
 from .model.config import ModelConfig
 from .registry import FFNS, MIXERS, TASKS, VARIANTS
@@ -37,11 +38,13 @@ class RunConfig:
 
 
 def config_from_dict(data: dict[str, Any] | None) -> RunConfig:
-    """Strictly build a `RunConfig` from plain data; the model's vocabulary and sequence
+    """Strictly build a `RunConfig` from plain data; `model.construction: reference` fills in
+    the reference's values (`construction.py`), and the model's vocabulary and sequence
     length, when null, are resolved from the task."""
     data = copy.deepcopy(data) if data else {}
     if not isinstance(data, dict):
         raise ConfigError(f"a config must be a mapping with sections model, task, train; got {type(data).__name__}")
+    apply_construction(data)
     task_data = data.pop("task", None) or {}
     if not isinstance(task_data, dict):
         raise ConfigError(f"task: expected a mapping, got {task_data!r}")

@@ -80,12 +80,14 @@ def test_llama_throughput_command(tmp_path):
     pytest = __import__("pytest")
     pytest.importorskip("transformers")
     result = modformer("bench", "llama", "--width", "32", "--layers", "1", "--heads", "2", "--batch", "2", "--seq", "16",
-                       "--repeats", "1", "--threads", "1", "--precision", "fp32", "--checkpointing", "--out", tmp_path)
+                       "--repeats", "1", "--threads", "1", "--precision", "fp32", "--checkpointing", "--reference",
+                       "--out", tmp_path)
     assert result.returncode == 0, result.stderr
     rows = json.loads((tmp_path / "llama_throughput.json").read_text())
     names = [r["contender"] for r in rows]
     assert names == ["modformer standard", "transformers LlamaForCausalLM", "modformer standard, checkpointed",
-                     "modformer frozen_qk", "modformer mixit", "matmul peak (GFLOP/s)"]
+                     "modformer frozen_qk", "modformer mixit", "modformer standard, reference",
+                     "modformer frozen_qk, reference", "modformer mixit, reference", "matmul peak (GFLOP/s)"]
     assert all(r["tokens_per_s"] > 0 for r in rows) and 0 < rows[0]["mfu"] < 1
     assert all(r["peak_mib"] > 0 for r in rows[:-1]) and rows[-1]["peak_mib"] is None
     assert rows[2]["peak_mib"] < rows[0]["peak_mib"]  # checkpointing keeps less

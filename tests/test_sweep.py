@@ -93,9 +93,10 @@ def test_sweep_runs_resumes_and_reports(tmp_path):
     report = write_report(out).read_text()
     assert "## Chosen setting per variant" in report and "n_pairs" in report
     rows = [line for line in report.splitlines() if line.startswith("| standard |")]
-    # The chosen setting, its other metrics, both grid points per n_pairs (3 values: few enough to show
-    # every setting), and both grid points in the whole grid.
-    assert len(rows) == 1 + 1 + 2 + 2
+    # Its construction and budget, the chosen setting, its other metrics, both grid points per n_pairs (3
+    # values: few enough to show every setting), and both grid points in the whole grid.
+    assert len(rows) == 1 + 1 + 1 + 2 + 2
+    assert rows[0].startswith("| standard | corrected | ") and " sequences (" in rows[0]
     assert "## Test accuracy per `n_pairs`, every setting" in report and "| n_pairs=1 | n_pairs=2 | n_pairs=3 |" in report
     assert "## Other test metrics" in report and "token_accuracy" in report
     for figure in ("slices.png", "curves.png", "induction.png"):

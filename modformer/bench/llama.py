@@ -14,7 +14,9 @@ After the timing, one more step of each contender is measured for peak memory
 gradients, optimizer state and activations included). Optional contenders: the standard
 model with activation checkpointing (its recomputation is not counted as useful FLOPs, so
 its MFU shows the cost) and the standard model under `torch.compile` (compiled during the
-untimed warm-up steps).
+untimed warm-up steps), and, with `reference`, the standard model and each variant in the
+random-attention reference construction (`model.construction: reference`: biases, and for
+MixiT learned positions, scaled projections and the gated shaped MLP).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..construction import reference_model_config
 from ..evaluate import autocast
 from ..model.config import ModelConfig
 from ..train.config import TrainConfig
@@ -92,8 +95,9 @@ def _step(model: nn.Module, tokens: torch.Tensor, precision: str, logits_of: Cal
 def llama_throughput(*, d_model: int = 256, n_layers: int = 4, n_heads: int = 4, vocab_size: int = 512,
                      batch: int = 16, seq_len: int = 256, precisions: tuple[str, ...] = ("fp32", "bf16"),
                      variants: tuple[str, ...] = ("frozen_qk", "mixit"), hf: bool = True, checkpointing: bool = False,
-                     compiled: bool = False, repeats: int = 5) -> list[ThroughputRow]:
-    cfg = ModelConfig(vocab_size=vocab_size, d_model=d_model, n_layers=n_layers, n_heads=n_heads, max_seq_len=seq_len)
+                     compiled: bool = False, reference: bool = False, repeats: int = 5) -> list[ThroughputRow]:
+    sizes = dict(vocab_size=vocab_size, d_model=d_model, n_layers=n_layers, n_heads=n_heads, max_seq_len=seq_len)
+    cfg = ModelConfig(**sizes)
     tokens = torch.randint(0, vocab_size, (batch, seq_len), generator=torch.Generator().manual_seed(0))
     ours = build_model(cfg, seed=0)
     contenders = {"modformer standard": (ours, lambda out: out, False)}
@@ -109,6 +113,9 @@ def llama_throughput(*, d_model: int = 256, n_layers: int = 4, n_heads: int = 4,
     for name in variants:
         contenders[f"modformer {name}"] = (build_model(replace(cfg, variant=name), seed=0), lambda out: out,
                                               False)
+    for name in ("standard", *variants) if reference else ():
+        contenders[f"modformer {name}, reference"] = (build_model(reference_model_config(name, **sizes), seed=0),
+                                                      lambda out: out, False)
     flops = training_flops_per_token(cfg, seq_len)
     rows = []
     for precision in precisions:

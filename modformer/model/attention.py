@@ -14,6 +14,7 @@ from .cache import LayerCache
 from .config import ModelConfig
 from .hooks import HookPoint
 from .rope import RotaryEmbedding
+from .scaled_linear import Projection, plain_linear, projection
 
 
 class SelfAttention(nn.Module):
@@ -26,16 +27,16 @@ class SelfAttention(nn.Module):
     """
 
     def __init__(self, d_model: int, n_heads: int, n_kv_heads: int | None = None, *, bias: bool = False,
-                 rope: RotaryEmbedding | None = None, causal: bool = True):
+                 rope: RotaryEmbedding | None = None, causal: bool = True, linear: Projection = plain_linear):
         super().__init__()
         self.n_heads = n_heads
         self.n_kv_heads = n_kv_heads or n_heads
         self.head_dim = d_model // n_heads
         self.causal = causal
-        self.q_proj = nn.Linear(d_model, n_heads * self.head_dim, bias=bias)
-        self.k_proj = nn.Linear(d_model, self.n_kv_heads * self.head_dim, bias=bias)
-        self.v_proj = nn.Linear(d_model, self.n_kv_heads * self.head_dim, bias=bias)
-        self.o_proj = nn.Linear(n_heads * self.head_dim, d_model, bias=bias)
+        self.q_proj = linear(d_model, n_heads * self.head_dim, bias)
+        self.k_proj = linear(d_model, self.n_kv_heads * self.head_dim, bias)
+        self.v_proj = linear(d_model, self.n_kv_heads * self.head_dim, bias)
+        self.o_proj = linear(n_heads * self.head_dim, d_model, bias)
         self.rope = rope
         self.pattern = HookPoint()
 
@@ -83,4 +84,4 @@ class SelfAttention(nn.Module):
 def build_attention(cfg: ModelConfig) -> SelfAttention:
     rope = RotaryEmbedding(cfg.head_dim, cfg.max_seq_len, cfg.rope_theta) if cfg.rope else None
     return SelfAttention(cfg.d_model, cfg.n_heads, cfg.n_kv_heads, bias=cfg.attn_bias, rope=rope,
-                         causal=cfg.attention.causal)
+                         causal=cfg.attention.causal, linear=projection(cfg))

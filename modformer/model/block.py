@@ -10,22 +10,25 @@ from .hooks import HookPoint
 
 
 class Block(nn.Module):
-    """x + mixer(norm(x)), then + ffn(norm(x)).
+    """skip * x + residual * mixer(norm(x)), then the same with ffn(norm(x)).
 
     The block knows nothing about what its parts are: attention, a fixed mixing matrix, an
     FFN or a knowledge read are all just modules mapping (B, T, d) to (B, T, d).
-    `residual_scale` multiplies each branch (the MixiT reference uses sqrt(0.5)).
+    `residual_scale` multiplies each branch and `skip_scale` each skip connection (both 1 by
+    default; the MixiT reference uses sqrt(0.5) for both, so a branch and the stream it joins
+    keep a total variance of 1 when they are independent with unit variance).
     Hook points: `resid_mid` after the mixer branch, `resid_post` after the whole block.
     """
 
     def __init__(self, d_model: int, mixer: nn.Module, ffn: nn.Module, *, norm_eps: float = 1e-5,
-                 residual_scale: float = 1.0):
+                 residual_scale: float = 1.0, skip_scale: float = 1.0):
         super().__init__()
         self.mixer_norm = nn.RMSNorm(d_model, eps=norm_eps)
         self.mixer = mixer
         self.ffn_norm = nn.RMSNorm(d_model, eps=norm_eps)
         self.ffn = ffn
         self.residual_scale = residual_scale
+        self.skip_scale = skip_scale
         self.resid_mid = HookPoint()
         self.resid_post = HookPoint()
 
@@ -33,5 +36,5 @@ class Block(nn.Module):
         """x: (B, T, d_model) -> (B, T, d_model). `cache` goes to the mixer, the only part that
         looks across positions."""
         mixed = self.mixer(self.mixer_norm(x)) if cache is None else self.mixer(self.mixer_norm(x), cache)
-        x = self.resid_mid(x + self.residual_scale * mixed)
-        return self.resid_post(x + self.residual_scale * self.ffn(self.ffn_norm(x)))
+        x = self.resid_mid(self.skip_scale * x + self.residual_scale * mixed)
+        return self.resid_post(self.skip_scale * x + self.residual_scale * self.ffn(self.ffn_norm(x)))

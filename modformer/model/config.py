@@ -17,9 +17,16 @@ class MixingConfig:
     sigma_range: tuple[float, float] | None = option(
         None, "range of each head's noise std sigma_h (drawn uniformly); null: [1/sqrt(T d_h), 1/sqrt(T)]")
     sink_head: bool = option(False, "overwrite head 0 with the reference's sink pattern (0.5 on token 0, 0.5 on itself)")
-    causal: bool = option(True, "causal (lower-triangular) mixing; false: bidirectional, rows still sum to 1")
+    causal: bool = option(True, "causal (lower-triangular) mixing; false: bidirectional (see bidirectional_drift)")
+    bidirectional_drift: str = option(
+        "row_sum", "how a bidirectional row's drift is normalised: row_sum divides row i's noise sum by T, so every "
+                   "row sums to 1 (ours, corrected); reference divides by i+1 as the reference code does, so early "
+                   "rows do not sum to 1 and pool many tokens. Causal mixing divides by i+1 either way")
 
     def __post_init__(self) -> None:
+        if self.bidirectional_drift not in ("row_sum", "reference"):
+            raise ConfigError(f"model.mixing.bidirectional_drift must be row_sum or reference, "
+                              f"got '{self.bidirectional_drift}'")
         if self.sigma_range is not None and not 0 <= self.sigma_range[0] <= self.sigma_range[1]:
             raise ConfigError(f"model.mixing.sigma_range must be [low, high] with 0 <= low <= high, "
                               f"got {list(self.sigma_range)}")
@@ -35,6 +42,10 @@ class AttentionConfig:
 
 @dataclass
 class ModelConfig:
+    construction: str = option(
+        "corrected", "corrected: our defaults, every option as written here; reference: the random-attention "
+                     "reference code's construction (princeton-pli/MixiT) for the chosen variant and its optimizer "
+                     "settings, filled in for every key not set explicitly (README, 'The reference construction')")
     variant: str = option("standard", "registered variant: a builder plus a freeze specification (`modformer list`)")
     mixer: str = option("attention", "sequence mixer of every block, by registered name")
     ffn: str = option("swiglu", "feed-forward module of every block, by registered name")
@@ -52,6 +63,12 @@ class ModelConfig:
     ffn_bias: bool = option(False, "biases on the feed-forward projections")
     norm_eps: float = option(1e-5, "RMSNorm epsilon")
     residual_scale: float = option(1.0, "factor on each residual branch (the MixiT reference uses sqrt(0.5) = 0.7071)")
+    skip_scale: float = option(1.0, "factor on each skip connection, x -> skip_scale * x + residual_scale * branch "
+                                    "(the MixiT reference uses sqrt(0.5) = 0.7071)")
+    scaled_linear: tuple[float, float] | None = option(
+        None, "[stream base, hidden base]: multiply each projection's output by sqrt(base / fan_in), with the stream "
+              "base for projections reading the residual stream (Q, K, V, O, gate, up, head) and the hidden base for "
+              "the feed-forward down projection (the MixiT reference: [512, 1]); null: plain linear layers")
     tie_embeddings: bool = option(False, "share the token embedding with the output head")
     init_std: float = option(0.02, "std of the normal init of linear and embedding weights")
     attention: AttentionConfig = option(default_factory=AttentionConfig, help="options of the attention mixer")
@@ -82,7 +99,11 @@ class ModelConfig:
             raise ConfigError(f"model.rope needs an even head width, got d_model/n_heads={self.head_dim}")
         if self.n_heads % self.kv_heads:
             raise ConfigError(f"model.n_kv_heads={self.n_kv_heads} does not divide model.n_heads={self.n_heads}")
-        for key in ("rope_theta", "norm_eps", "init_std", "residual_scale"):
+        if self.construction not in ("corrected", "reference"):
+            raise ConfigError(f"model.construction must be corrected or reference, got '{self.construction}'")
+        if self.scaled_linear is not None and min(self.scaled_linear) <= 0:
+            raise ConfigError(f"model.scaled_linear bases must be positive, got {list(self.scaled_linear)}")
+        for key in ("rope_theta", "norm_eps", "init_std", "residual_scale", "skip_scale"):
             if getattr(self, key) <= 0:
                 raise ConfigError(f"model.{key} must be positive, got {getattr(self, key)}")
         self.knowledge.check_groups(self.n_layers)

@@ -10,16 +10,17 @@ from torch import nn
 
 from ..registry import FFNS
 from .config import ModelConfig
+from .scaled_linear import Projection, plain_linear, projection
 
 
 class SwiGLU(nn.Module):
     """down(silu(gate(x)) * up(x)): Llama's MLP, with Llama's parameter names."""
 
-    def __init__(self, d_model: int, d_ff: int, bias: bool = False):
+    def __init__(self, d_model: int, d_ff: int, bias: bool = False, *, linear: Projection = plain_linear):
         super().__init__()
-        self.gate_proj = nn.Linear(d_model, d_ff, bias=bias)
-        self.up_proj = nn.Linear(d_model, d_ff, bias=bias)
-        self.down_proj = nn.Linear(d_ff, d_model, bias=bias)
+        self.gate_proj = linear(d_model, d_ff, bias)
+        self.up_proj = linear(d_model, d_ff, bias)
+        self.down_proj = linear(d_ff, d_model, bias, down=True)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: (..., d_model) -> (..., d_model)."""
@@ -28,28 +29,32 @@ class SwiGLU(nn.Module):
 
 @FFNS.register("swiglu")
 def build_swiglu(cfg: ModelConfig) -> SwiGLU:
-    return SwiGLU(cfg.d_model, cfg.ffn_dim, bias=cfg.ffn_bias)
+    return SwiGLU(cfg.d_model, cfg.ffn_dim, bias=cfg.ffn_bias, linear=projection(cfg))
 
 
 @FFNS.register("relu")
 def build_relu(cfg: ModelConfig) -> ReLUFFN:
-    return ReLUFFN(cfg.d_model, cfg.ffn_dim, bias=cfg.ffn_bias)
+    return ReLUFFN(cfg.d_model, cfg.ffn_dim, bias=cfg.ffn_bias, linear=projection(cfg))
+
+
+def shaped_slope(d_model: int, c_minus: float = -1.0) -> tuple[float, float]:
+    """(slope, gain) of the shaped LeakyReLU: slope 1 + c_minus / sqrt(d_model) keeps the
+    activation close to linear as width grows (the "shaped" regime), and gain
+    sqrt(2 / (1 + slope^2)) (torch's calculate_gain('leaky_relu', slope)) keeps the variance of
+    a unit Gaussian input, as a ReLU's sqrt(2) gain does."""
+    slope = 1.0 + c_minus / math.sqrt(d_model)
+    return slope, math.sqrt(2.0 / (1.0 + slope ** 2))
 
 
 class ShapedLeakyReLUFFN(nn.Module):
-    """down(gain * leaky_relu(up(x), slope)): the MixiT reference's MLP.
+    """down(gain * leaky_relu(up(x), slope)): the shaped MLP of the reference's GPT-2 model,
+    without a gate (`shaped_slope` gives slope and gain)."""
 
-    The slope 1 - 1/sqrt(d_model) keeps the activation close to linear as width grows (the
-    "shaped" regime), and gain = sqrt(2 / (1 + slope^2)) keeps the variance of a unit
-    Gaussian input, as a ReLU's sqrt(2) gain does.
-    """
-
-    def __init__(self, d_model: int, d_ff: int, bias: bool = False):
+    def __init__(self, d_model: int, d_ff: int, bias: bool = False, *, linear: Projection = plain_linear):
         super().__init__()
-        self.up_proj = nn.Linear(d_model, d_ff, bias=bias)
-        self.down_proj = nn.Linear(d_ff, d_model, bias=bias)
-        self.slope = 1.0 - 1.0 / math.sqrt(d_model)
-        self.gain = math.sqrt(2.0 / (1.0 + self.slope ** 2))
+        self.up_proj = linear(d_model, d_ff, bias)
+        self.down_proj = linear(d_ff, d_model, bias, down=True)
+        self.slope, self.gain = shaped_slope(d_model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: (..., d_model) -> (..., d_model)."""
@@ -58,7 +63,29 @@ class ShapedLeakyReLUFFN(nn.Module):
 
 @FFNS.register("shaped_leaky_relu")
 def build_shaped_leaky_relu(cfg: ModelConfig) -> ShapedLeakyReLUFFN:
-    return ShapedLeakyReLUFFN(cfg.d_model, cfg.ffn_dim, bias=cfg.ffn_bias)
+    return ShapedLeakyReLUFFN(cfg.d_model, cfg.ffn_dim, bias=cfg.ffn_bias, linear=projection(cfg))
+
+
+class ShapedGatedLeakyReLUFFN(nn.Module):
+    """down(gain * leaky_relu(gate(x), slope) * up(x)): the MixiT reference's Llama MLP in
+    mixing mode, Llama's gated MLP with the shaped LeakyReLU in place of SiLU (`shaped_slope`
+    gives slope and gain). Llama's parameter names."""
+
+    def __init__(self, d_model: int, d_ff: int, bias: bool = False, *, linear: Projection = plain_linear):
+        super().__init__()
+        self.gate_proj = linear(d_model, d_ff, bias)
+        self.up_proj = linear(d_model, d_ff, bias)
+        self.down_proj = linear(d_ff, d_model, bias, down=True)
+        self.slope, self.gain = shaped_slope(d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x: (..., d_model) -> (..., d_model)."""
+        return self.down_proj(self.gain * F.leaky_relu(self.gate_proj(x), self.slope) * self.up_proj(x))
+
+
+@FFNS.register("shaped_leaky_glu")
+def build_shaped_leaky_glu(cfg: ModelConfig) -> ShapedGatedLeakyReLUFFN:
+    return ShapedGatedLeakyReLUFFN(cfg.d_model, cfg.ffn_dim, bias=cfg.ffn_bias, linear=projection(cfg))
 
 
 class ActivationFFN(nn.Module):
@@ -70,13 +97,14 @@ class ActivationFFN(nn.Module):
 
     ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}
 
-    def __init__(self, d_model: int, d_ff: int, activation: str, bias: bool = False):
+    def __init__(self, d_model: int, d_ff: int, activation: str, bias: bool = False, *,
+                 linear: Projection = plain_linear):
         super().__init__()
         if activation not in self.ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(self.ACTIVATIONS)}, got {activation!r}")
         self.activation = activation
-        self.up_proj = nn.Linear(d_model, d_ff, bias=bias)
-        self.down_proj = nn.Linear(d_ff, d_model, bias=bias)
+        self.up_proj = linear(d_model, d_ff, bias)
+        self.down_proj = linear(d_ff, d_model, bias, down=True)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: (..., d_model) -> (..., d_model)."""
@@ -86,15 +114,15 @@ class ActivationFFN(nn.Module):
 class ReLUFFN(ActivationFFN):
     """down(relu(up(x))): the two-layer FFN of the original transformer."""
 
-    def __init__(self, d_model: int, d_ff: int, bias: bool = False):
-        super().__init__(d_model, d_ff, "relu", bias=bias)
+    def __init__(self, d_model: int, d_ff: int, bias: bool = False, *, linear: Projection = plain_linear):
+        super().__init__(d_model, d_ff, "relu", bias=bias, linear=linear)
 
 
 @FFNS.register("gelu")
 def build_gelu(cfg: ModelConfig) -> ActivationFFN:
-    return ActivationFFN(cfg.d_model, cfg.ffn_dim, "gelu", bias=cfg.ffn_bias)
+    return ActivationFFN(cfg.d_model, cfg.ffn_dim, "gelu", bias=cfg.ffn_bias, linear=projection(cfg))
 
 
 @FFNS.register("silu")
 def build_silu(cfg: ModelConfig) -> ActivationFFN:
-    return ActivationFFN(cfg.d_model, cfg.ffn_dim, "silu", bias=cfg.ffn_bias)
+    return ActivationFFN(cfg.d_model, cfg.ffn_dim, "silu", bias=cfg.ffn_bias, linear=projection(cfg))

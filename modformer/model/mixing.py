@@ -4,10 +4,13 @@ Per layer and head h, with sequence length T and head width d_h (arXiv 2506.0111
 
     sigma_h ~ U[1/sqrt(T d_h), 1/sqrt(T)]
     N       ~ Normal(0, sigma_h^2), T x T, lower triangle kept (causal)
-    drift_i = (sum_j N_ij) / (i + 1)          # bidirectional: / T
+    drift_i = (sum_j N_ij) / (i + 1)          # bidirectional, row_sum: / T
     A       = tril(I + c (N - drift))         # bidirectional: no tril
 
-so every row of A sums to exactly 1. The output is A V, then the output projection; there
+so every causal row of A sums to exactly 1. Bidirectional rows sum to 1 with the corrected
+drift (`bidirectional_drift: row_sum`); the reference keeps the i + 1 there
+(`bidirectional_drift: reference`), so row i sums to 1 + c S_i (1 - T / (i + 1)) with
+S_i = sum_j N_ij, and its early rows subtract S_i / (i + 1) from every one of the T tokens. The output is A V, then the output projection; there
 are no Q or K projections, scores or softmax. A is a persistent buffer: checkpoints carry
 it, and a loaded model mixes exactly as the saved one (the reference code redraws it from
 the RNG and does not save it).
@@ -24,6 +27,7 @@ from ..registry import MIXERS
 from .cache import LayerCache
 from .config import MixingConfig, ModelConfig
 from .hooks import HookPoint
+from .scaled_linear import Projection, plain_linear, projection
 
 
 def mixing_matrices(n_heads: int, T: int, head_dim: int, cfg: MixingConfig,
@@ -38,7 +42,8 @@ def mixing_matrices(n_heads: int, T: int, head_dim: int, cfg: MixingConfig,
         drift = noise.sum(-1, keepdim=True) / torch.arange(1, T + 1, dtype=torch.float64).view(T, 1)
         mix = (eye + cfg.scale * (noise - drift)).tril()
     else:
-        drift = noise.sum(-1, keepdim=True) / T  # the reference divides by i+1 here, so rows do not sum to 1
+        rows = torch.arange(1, T + 1, dtype=torch.float64).view(T, 1) if cfg.bidirectional_drift == "reference" else T
+        drift = noise.sum(-1, keepdim=True) / rows
         mix = eye + cfg.scale * (noise - drift)
     if cfg.sink_head:
         sink = torch.zeros(T, T, dtype=torch.float64)
@@ -56,13 +61,14 @@ class MixingMixer(nn.Module):
     Hook point `pattern`: A broadcast to (B, H, T, T), the same shape as attention weights.
     """
 
-    def __init__(self, d_model: int, n_heads: int, max_seq_len: int, cfg: MixingConfig, *, bias: bool = False):
+    def __init__(self, d_model: int, n_heads: int, max_seq_len: int, cfg: MixingConfig, *, bias: bool = False,
+                 linear: Projection = plain_linear):
         super().__init__()
         self.n_heads = n_heads
         self.head_dim = d_model // n_heads
         self.cfg = cfg
-        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.o_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.v_proj = linear(d_model, d_model, bias)
+        self.o_proj = linear(d_model, d_model, bias)
         # Drawn by `init_parameters` from the model's seed; zeros until then.
         self.register_buffer("mixing", torch.zeros(n_heads, max_seq_len, max_seq_len))
         self.pattern = HookPoint()
@@ -110,4 +116,5 @@ def mix_values(mix: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
 
 @MIXERS.register("mixing")
 def build_mixing(cfg: ModelConfig) -> MixingMixer:
-    return MixingMixer(cfg.d_model, cfg.n_heads, cfg.max_seq_len, cfg.mixing, bias=cfg.attn_bias)
+    return MixingMixer(cfg.d_model, cfg.n_heads, cfg.max_seq_len, cfg.mixing, bias=cfg.attn_bias,
+                       linear=projection(cfg))

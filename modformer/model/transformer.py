@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
@@ -28,7 +30,8 @@ class Transformer(nn.Module):
     """
 
     def __init__(self, vocab_size: int, d_model: int, blocks: list[Block], *, norm_eps: float = 1e-5,
-                 tie_embeddings: bool = False, max_positions: int | None = None, max_seq_len: int | None = None):
+                 tie_embeddings: bool = False, max_positions: int | None = None, max_seq_len: int | None = None,
+                 linear: Callable[..., nn.Linear] = nn.Linear):
         super().__init__()
         self.max_seq_len = max_seq_len  # the longest input its parts were built for (None: no limit)
         self.activation_checkpointing = False
@@ -37,7 +40,7 @@ class Transformer(nn.Module):
         self.embed_out = HookPoint()
         self.blocks = nn.ModuleList(blocks)
         self.norm = nn.RMSNorm(d_model, eps=norm_eps)
-        self.lm_head = None if tie_embeddings else nn.Linear(d_model, vocab_size, bias=False)
+        self.lm_head = None if tie_embeddings else linear(d_model, vocab_size, bias=False)
 
     @property
     def vocab_size(self) -> int:

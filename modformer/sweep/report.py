@@ -15,10 +15,12 @@ from typing import Any
 
 import yaml
 
+from ..construction import budget, budget_text, construction_label
 from ..errors import ModformerError
 from ..figures import plt, save_figure
 from ..train.checkpoint import atomic_write_text
 from ..train.records import read_records
+from .budget_plot import plot_budget
 from .runner import read_results
 from .stats import summarize
 
@@ -96,6 +98,7 @@ def write_report(sweep_dir: str | Path) -> Path:
         lines += ["**Grid points with unfinished seeds (shown in the grid, never chosen):** "
                   + ", ".join(incomplete), ""]
 
+    lines += _construction_section(sweep_dir, variants, groups, chosen)
     lines += ["## Chosen setting per variant", "",
               f"| variant | setting | seeds | validation {metric} | test accuracy | test loss | trainable params | tokens/s |",
               "|---|---|---|---|---|---|---|---|"]
@@ -161,6 +164,9 @@ def write_report(sweep_dir: str | Path) -> Path:
     if _plot_induction(sweep_dir, sweep_dir / "induction.png", variants, groups, chosen):
         figures.append(("Strongest induction head (max over layers and heads) during training, chosen settings "
                         "(mean over seeds, band: min to max)", "induction.png"))
+    caption = plot_budget(sweep_dir, sweep_dir / "budget.png", sw["grid"], variants, groups)
+    if caption:
+        figures.append((caption, "budget.png"))
     lines += ["## Figures", ""] + [f"{title}:\n\n![{file}]({file})\n" for title, file in figures]
     commands_file = sweep_dir / "commands.txt"
     commands = list(dict.fromkeys(commands_file.read_text().splitlines())) if commands_file.exists() else []
@@ -170,13 +176,39 @@ def write_report(sweep_dir: str | Path) -> Path:
     return path
 
 
+def _run_facts(sweep_dir: Path, run: dict[str, Any]) -> tuple[str, str]:
+    """(construction, budget text) of a finished run: from its summary, or, for runs made
+    before summaries recorded them, from its config.yaml."""
+    summary = run["summary"]
+    if "construction" in summary:
+        return summary["construction"], budget_text(summary["budget"])
+    path = sweep_dir / run.get("run_dir", f"runs/{run['run_id']}") / "config.yaml"
+    if path.exists():
+        config = yaml.safe_load(path.read_text())
+        return construction_label(config), budget_text(budget(config))
+    return "not recorded", "not recorded"
+
+
+def _construction_section(sweep_dir: Path, variants: list[str], groups, chosen) -> list[str]:
+    """Which construction each chosen setting used and what fraction of the paper's budget."""
+    lines = ["## Construction and budget", "",
+             "Construction: `reference` is the paper's reference code (`model.construction: reference`), "
+             "`corrected` our defaults (README.md, 'The reference construction'). Budget: sequences trained on "
+             "and width, against the paper's ~10^5 steps of 128 sequences at width 512.", "",
+             "| variant | construction | budget |", "|---|---|---|"]
+    for v in variants:
+        facts = sorted({_run_facts(sweep_dir, r) for r in groups[(v, chosen[v])]})
+        lines += [f"| {v} | {c} | {b} |" for c, b in facts]
+    return lines + [""]
+
+
 def summary_sections(report: str) -> str:
     """The parts of a report worth printing on a terminal: the chosen setting per variant
     and the per-slice tables (Markdown tables read well as plain text)."""
     keep, out = False, []
     for line in report.splitlines():
         if line.startswith("## "):
-            keep = line.startswith(("## Chosen setting", "## Test accuracy per"))
+            keep = line.startswith(("## Construction and budget", "## Chosen setting", "## Test accuracy per"))
         if keep:
             out.append(line)
     return "\n".join(out).strip()

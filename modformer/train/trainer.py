@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 from ..analysis.induction import induction_scores, plot_induction_scores
 from ..config import RunConfig, config_from_dict
+from ..construction import budget, construction_label
 from ..errors import CheckpointError, ConfigError, Interrupted, ModformerError, TrainingDiverged
 from ..evaluate import autocast, checkpoint_file, evaluate
 from ..registry import TASKS
@@ -337,6 +338,8 @@ class Trainer:
             "validation": self.last_eval,
             "test": {**test, **self.task.model_metrics(test, parameters)},
             "code_version": code_version(),
+            "construction": construction_label(cfg.to_dict()),
+            "budget": budget(cfg.to_dict()),
         }
         if self.world.main:
             atomic_write_text(self.run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")

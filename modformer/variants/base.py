@@ -18,6 +18,7 @@ from ..registry import VARIANTS
 class Variant:
     build: Callable[[ModelConfig], Transformer]  # architecture only; weights are set by `build_model`
     freeze: tuple[str, ...] = ()  # parameter-name globs fixed at their initial values
+    mixer: str | None = None  # the mixer the builder always uses; None: the configured model.mixer
     description: str = ""
 
 

@@ -1,11 +1,9 @@
 """MixiT: attention replaced by a fixed random mixing matrix (no Q, K, scores or softmax).
 
 The matrix is a buffer, not a parameter, so nothing needs freezing: V, O, the feed-forward
-modules, embeddings and head all train. The reference code's other choices are options,
-off by default; all together they are
-
-    model.mixing.sink_head=true model.rope=false model.learned_positions=true
-    model.residual_scale=0.7071 model.ffn=shaped_leaky_relu
+modules, embeddings and head all train. `model.construction: reference` builds it as the
+reference code does (learned positions, sink head, sqrt(0.5) skip and branch scaling, the
+gated shaped MLP, ScaledLinear projections, biases: `modformer/construction.py`).
 """
 
 from functools import partial
@@ -14,7 +12,9 @@ from ..registry import VARIANTS
 from .base import Variant
 from .standard import build_decoder
 
+MIXER = "mixing"
+
 VARIANTS.register("mixit")(Variant(
-    partial(build_decoder, mixer="mixing"),
+    partial(build_decoder, mixer=MIXER), mixer=MIXER,
     description="fixed random mixing matrix per layer and head instead of attention (model.mixing.*)",
 ))

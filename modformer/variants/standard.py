@@ -8,6 +8,7 @@ from torch import nn
 
 from ..model.block import Block
 from ..model.config import ModelConfig
+from ..model.scaled_linear import projection
 from ..model.transformer import Transformer
 from ..registry import FFNS, MIXERS, VARIANTS
 from .base import Variant
@@ -21,12 +22,13 @@ def build_decoder(cfg: ModelConfig, *, mixer: str | None = None,
     ffn_factory = ffn if callable(ffn) else FFNS[ffn or cfg.ffn]
     blocks = [
         Block(cfg.d_model, mixer_factory(cfg), ffn_factory(cfg), norm_eps=cfg.norm_eps,
-              residual_scale=cfg.residual_scale)
+              residual_scale=cfg.residual_scale, skip_scale=cfg.skip_scale)
         for _ in range(cfg.n_layers)
     ]
     return Transformer(
         cfg.vocab_size, cfg.d_model, blocks, norm_eps=cfg.norm_eps, tie_embeddings=cfg.tie_embeddings,
         max_positions=cfg.max_seq_len if cfg.learned_positions else None, max_seq_len=cfg.max_seq_len,
+        linear=projection(cfg),
     )
 
 

@@ -1,0 +1,158 @@
+"""The random-attention reference construction (princeton-pli/MixiT) as one switch.
+
+`model.construction: reference` fills in, for every key the config does not set itself,
+the value the reference code uses for the chosen variant: plain Llama ("vanilla" in the
+reference) for attention models, the reference's mixing mode for models whose mixer is
+`mixing` (MixiT), and the reference's optimizer settings. Keys set in the file or on the
+command line win, so an ablation of one point is one override; `construction_label` then
+names the points that differ. The resolved config (config.yaml) holds every filled value.
+
+Each point names where in the reference it comes from; README.md ("The reference
+construction") lists them beside our corrected defaults.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from .configtools import from_dict
+from .model.config import ModelConfig
+from .registry import VARIANTS
+
+
+@dataclass(frozen=True)
+class Point:
+    key: str  # dotted config key
+    value: Any  # the reference's value
+    modes: tuple[str, ...]  # "vanilla" (attention models), "mixing" (the mixing mixer), or both
+    source: str  # where the reference sets it
+
+    def applies(self, mode: str) -> bool:
+        return mode in self.modes
+
+
+BOTH = ("vanilla", "mixing")
+MIXING = ("mixing",)
+SQRT_HALF = math.sqrt(0.5)
+
+POINTS: tuple[Point, ...] = (
+    Point("model.learned_positions", True, MIXING,
+          "modeling_llama.py ~781 and ~847: learned absolute positions (wpe) added to the token embeddings"),
+    Point("model.mixing.sink_head", True, MIXING,
+          "modeling_llama.py, mixing attention: head 0 is 0.5 on token 0 and 0.5 on itself"),
+    Point("model.skip_scale", SQRT_HALF, MIXING,
+          "depth.py get_model_config: skip_scaling = np.sqrt(0.5); LlamaDecoderLayer scales the skip by it"),
+    Point("model.residual_scale", SQRT_HALF, MIXING,
+          "LlamaDecoderLayer: branch scaled by sqrt(1 - skip_scaling^2) (as GPT2Block in modeling_gpt2.py)"),
+    Point("model.ffn", "shaped_leaky_glu", MIXING,
+          "LlamaMLP in mixing mode: down(gain * LeakyReLU_s(gate x) * up x), s = 1 + activation_cminus/sqrt(d), "
+          "activation_cminus = -1 (utils.py ScriptArguments), gain = calculate_gain('leaky_relu', s)"),
+    Point("model.scaled_linear", (512.0, 1.0), MIXING,
+          "ScaledLinear in mixing mode: output x sqrt(base / fan_in), base_hidden_size = 512 (utils.py "
+          "ScriptArguments) for V, O, gate, up and the head, base_intermediate_size = 1 for down"),
+    Point("model.mixing.bidirectional_drift", "reference", MIXING,
+          "mixing attention: the drift divides row i's noise sum by i + 1 also when not causal "
+          "(trainer_classifier.py's bidirectional classifier)"),
+    Point("model.attn_bias", True, BOTH, "depth.py get_model_config: config.attention_bias = True"),
+    Point("model.ffn_bias", True, BOTH, "depth.py get_model_config: config.mlp_bias = True"),
+    Point("model.init_std", 0.02, BOTH, "depth.py get_model_config: initializer_range = 0.02"),
+    Point("model.norm_eps", 1e-6, BOTH, "transformers LlamaConfig default rms_norm_eps = 1e-6"),
+    Point("model.tie_embeddings", False, BOTH, "transformers LlamaConfig default tie_word_embeddings = False"),
+    Point("train.lr", 1e-2, BOTH, "depth.py ~49: learning_rate = 1e-2 if arch == 'transformer'"),
+    Point("train.weight_decay", 1e-3, BOTH, "depth.py ~48 and each task file: weight_decay = 0.001"),
+    Point("train.betas", (0.9, 0.999), BOTH, "transformers TrainingArguments defaults adam_beta1/2 (AdamW)"),
+    Point("train.min_lr_ratio", 0.0, BOTH, "depth.py: lr_scheduler_type = 'cosine' (transformers: to 0)"),
+    Point("train.grad_clip", 1.0, BOTH, "transformers TrainingArguments default max_grad_norm = 1.0"),
+)
+
+
+def mode_of(model: dict[str, Any]) -> str:
+    """'mixing' when the model's mixer is `mixing` (MixiT), else 'vanilla'."""
+    variant = VARIANTS[model.get("variant", "standard")]
+    mixer = variant.mixer or model.get("mixer", "attention")
+    return "mixing" if mixer == "mixing" else "vanilla"
+
+
+def _lookup(data: dict[str, Any], key: str) -> tuple[bool, Any]:
+    node: Any = data
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False, None
+        node = node[part]
+    return True, node
+
+
+def apply_construction(data: dict[str, Any]) -> dict[str, Any]:
+    """Fill the reference's values into raw config data (in place) for every key it does not
+    set, when `model.construction` is `reference`; otherwise leave it as it is."""
+    model = data.get("model") or {}
+    if not isinstance(model, dict) or model.get("construction", "corrected") != "reference":
+        return data
+    mode = mode_of(model)
+    for point in POINTS:
+        if point.applies(mode) and not _lookup(data, point.key)[0]:
+            _fill(data, point.key, list(point.value) if isinstance(point.value, tuple) else point.value)
+    return data
+
+
+def reference_model_config(variant: str, **model: Any) -> ModelConfig:
+    """The model config of `variant` in the reference construction, with `model`'s keys set
+    explicitly (e.g. sizes)."""
+    data = apply_construction({"model": {**model, "variant": variant, "construction": "reference"}})
+    return from_dict(ModelConfig, data["model"], "model")
+
+
+def _fill(data: dict[str, Any], key: str, value: Any) -> None:
+    """data[a][b] = value for 'a.b', making empty sections; a section that is not a mapping is
+    left for the strict loader to refuse."""
+    *sections, last = key.split(".")
+    node = data
+    for part in sections:
+        if node.get(part) is None:
+            node[part] = {}
+        node = node[part]
+        if not isinstance(node, dict):
+            return
+    node[last] = value
+
+
+def construction_label(config: dict[str, Any]) -> str:
+    """'corrected', 'reference', or 'reference except key=value, ...' for a resolved config
+    (plain data, as in config.yaml). `train.lr` is left out: it is a sweep's grid axis, and
+    reports name each run's learning rate on their own."""
+    model = config.get("model") or {}
+    if model.get("construction", "corrected") != "reference":
+        return "corrected"
+    mode = mode_of(model)
+    changed = []
+    for point in POINTS:
+        if not point.applies(mode) or point.key == "train.lr":
+            continue
+        found, value = _lookup(config, point.key)
+        expected = list(point.value) if isinstance(point.value, tuple) else point.value
+        if found and (list(value) if isinstance(value, tuple) else value) != expected:
+            changed.append(f"{point.key}={value}")
+    return "reference" + (" except " + ", ".join(changed) if changed else "")
+
+
+# The paper's budget, as DESIGN.md and README.md state it: about 10^5 steps of 128 sequences
+# at width 512 (depth.py trains max_steps * train_size / batch steps; scripts/depth_array.sh).
+REFERENCE_SEQUENCES = 100_000 * 128
+REFERENCE_WIDTH = 512
+
+
+def budget(config: dict[str, Any]) -> dict[str, float]:
+    """Sequences a run trains on and its width, also as fractions of the paper's."""
+    train, model = config.get("train") or {}, config.get("model") or {}
+    sequences = int(train.get("steps", 0)) * int(train.get("batch_size", 0))
+    width = int(model.get("d_model", 0))
+    return {"sequences": sequences, "fraction": sequences / REFERENCE_SEQUENCES,
+            "width": width, "width_fraction": width / REFERENCE_WIDTH}
+
+
+def budget_text(b: dict[str, float]) -> str:
+    """'256,000 sequences (2.0% of the paper's ~1.28e7), width 64 (1/8 of its 512)'."""
+    return (f"{b['sequences']:,} sequences ({100 * b['fraction']:.3g}% of the paper's ~{REFERENCE_SEQUENCES:.3g}), "
+            f"width {b['width']} ({b['width_fraction']:.3g}x its {REFERENCE_WIDTH})")

@@ -1,0 +1,65 @@
+"""Test accuracy against budget or width, for sweeps whose grid varies `train.steps`,
+`train.batch_size` or `model.d_model`: each grid point is a full run with its own schedule,
+so a point is what that budget buys, not a snapshot of a longer run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..construction import REFERENCE_SEQUENCES, REFERENCE_WIDTH, budget
+from ..figures import plt, save_figure
+from .stats import summarize
+
+BUDGET_KEYS = ("train.steps", "train.batch_size")
+WIDTH_KEY = "model.d_model"
+
+
+def _run_budget(sweep_dir: Path, run: dict[str, Any]) -> dict[str, float] | None:
+    if "budget" in run["summary"]:
+        return run["summary"]["budget"]
+    path = sweep_dir / run["run_dir"] / "config.yaml"
+    return budget(yaml.safe_load(path.read_text())) if path.exists() else None
+
+
+def plot_budget(sweep_dir: Path, path: Path, grid: dict[str, list], variants: list[str],
+                groups: dict[tuple[str, str], list[dict]]) -> str | None:
+    """Draw test accuracy (mean over seeds, 95% interval) against sequences trained on, or
+    against width, one line per variant and per value of the other grid keys; the paper's
+    budget (or width) is marked. Returns the figure's caption, or None when the grid varies
+    neither."""
+    by_budget = any(k in grid for k in BUDGET_KEYS)
+    if not by_budget and WIDTH_KEY not in grid:
+        return None
+    field, mark = ("sequences", REFERENCE_SEQUENCES) if by_budget else ("width", REFERENCE_WIDTH)
+    others = [k for k in grid if k not in (*BUDGET_KEYS, WIDTH_KEY)]
+    lines: dict[str, dict[float, list[float]]] = {}
+    for (variant, _), runs in groups.items():
+        if variant not in variants:
+            continue
+        for run in runs:
+            b = _run_budget(sweep_dir, run)
+            if b is None:
+                continue
+            label = ", ".join([variant, *(f"{k}={run['point'][k]}" for k in others if k in run["point"])])
+            lines.setdefault(label, {}).setdefault(b[field], []).append(run["summary"]["test"]["accuracy"])
+    if not lines:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for label, points in sorted(lines.items()):
+        xs = sorted(points)
+        stats = [summarize(points[x]) for x in xs]
+        below = [0.0 if s.n < 2 else s.mean - max(s.low, 0.0) for s in stats]
+        above = [0.0 if s.n < 2 else min(s.high, 1.0) - s.mean for s in stats]
+        ax.errorbar(xs, [s.mean for s in stats], yerr=[below, above], marker="o", capsize=3, label=label)
+    ax.axvline(mark, color="grey", linestyle="--", label=f"the paper's {field} (~{mark:,})")
+    ax.set(xscale="log", xlabel="sequences trained on" if by_budget else "width (d_model)",
+           ylabel="test accuracy", ylim=(-0.02, 1.02))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    save_figure(fig, path)
+    what = "sequences trained on (log scale)" if by_budget else "width"
+    return f"Test accuracy against {what}, every grid point (mean over seeds, error bars: 95% interval)"

@@ -1,0 +1,233 @@
+"""`model.construction: reference` builds the MixiT reference code's models, point by point.
+
+Each test checks one point of the reference construction on the built model, so that a
+change to any of them fails here (the values pinned below are the reference's, read from
+princeton-pli/MixiT; README.md lists them with their sources)."""
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from modformer import build_model, capture
+from modformer.config import config_from_dict
+from modformer.construction import POINTS, construction_label
+from modformer.errors import ConfigError
+from modformer.model.config import MixingConfig
+from modformer.model.mixing import mixing_matrices
+from modformer.model.scaled_linear import ScaledLinear
+from modformer.train.optim import build_optimizer, learning_rate
+
+D, D_FF = 64, 256
+
+
+def reference(variant="mixit", *overrides, **model):
+    data = {"model": {"construction": "reference", "variant": variant, "d_model": D, "n_layers": 2, "n_heads": 4,
+                      **model},
+            "task": {"name": "condattend", "n_pairs": 4}, "train": {"steps": 200, "warmup_steps": 10}}
+    for key, value in overrides:
+        node = data
+        *path, last = key.split(".")
+        for part in path:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return config_from_dict(data)
+
+
+def test_the_reference_points_are_pinned():
+    """The table of points itself: a changed value or a dropped point fails here."""
+    assert {p.key: (p.value, p.modes) for p in POINTS} == {
+        "model.learned_positions": (True, ("mixing",)),
+        "model.mixing.sink_head": (True, ("mixing",)),
+        "model.skip_scale": (math.sqrt(0.5), ("mixing",)),
+        "model.residual_scale": (math.sqrt(0.5), ("mixing",)),
+        "model.ffn": ("shaped_leaky_glu", ("mixing",)),
+        "model.scaled_linear": ((512.0, 1.0), ("mixing",)),
+        "model.mixing.bidirectional_drift": ("reference", ("mixing",)),
+        "model.attn_bias": (True, ("vanilla", "mixing")),
+        "model.ffn_bias": (True, ("vanilla", "mixing")),
+        "model.init_std": (0.02, ("vanilla", "mixing")),
+        "model.norm_eps": (1e-6, ("vanilla", "mixing")),
+        "model.tie_embeddings": (False, ("vanilla", "mixing")),
+        "train.lr": (1e-2, ("vanilla", "mixing")),
+        "train.weight_decay": (1e-3, ("vanilla", "mixing")),
+        "train.betas": ((0.9, 0.999), ("vanilla", "mixing")),
+        "train.min_lr_ratio": (0.0, ("vanilla", "mixing")),
+        "train.grad_clip": (1.0, ("vanilla", "mixing")),
+    }
+
+
+def test_the_readme_table_lists_every_point():
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    table = readme.split("### The reference construction", 1)[1].split("\n## ", 1)[0]
+    for point in POINTS:
+        assert f"`{point.key}`" in table, point.key
+
+
+def test_mixit_gets_learned_positions_that_reach_the_output():
+    cfg = reference()
+    model = build_model(cfg.model, seed=0)
+    assert model.positions is not None and model.positions.weight.requires_grad
+    assert model.positions.weight.std().item() == pytest.approx(0.02, rel=0.1)
+    tokens = torch.full((1, model.max_seq_len), 300)  # one token repeated: only positions tell the places apart
+    with torch.no_grad():
+        with_positions = model(tokens)
+        model.positions.weight.zero_()
+        without = model(tokens)
+    assert not torch.allclose(with_positions, without)
+
+
+def test_sink_head_is_exactly_half_on_token_zero_and_half_on_itself():
+    model = build_model(reference().model, seed=0)
+    T = model.max_seq_len
+    sink = 0.5 * torch.eye(T)
+    sink[:, 0] += 0.5
+    for block in model.blocks:
+        assert torch.equal(block.mixer.mixing[0], sink)
+        assert not torch.equal(block.mixer.mixing[1], sink)
+
+
+def test_skip_and_branch_are_both_scaled_by_sqrt_half():
+    model = build_model(reference().model, seed=0)
+    block = model.blocks[0]
+    seen = {}
+    block.register_forward_pre_hook(lambda m, args: seen.__setitem__("x", args[0].detach()))
+    block.mixer.register_forward_hook(lambda m, args, out: seen.__setitem__("mixed", out.detach()))
+    block.ffn.register_forward_hook(lambda m, args, out: seen.__setitem__("ffn", out.detach()))
+    with capture(model, "blocks.0.resid_*") as acts:
+        model(torch.randint(0, 512, (3, model.max_seq_len)))
+    s = math.sqrt(0.5)
+    torch.testing.assert_close(acts["blocks.0.resid_mid"], s * seen["x"] + s * seen["mixed"])
+    torch.testing.assert_close(acts["blocks.0.resid_post"], s * acts["blocks.0.resid_mid"] + s * seen["ffn"])
+
+
+def test_mlp_is_gated_shaped_leaky_relu_with_its_gain():
+    ffn = build_model(reference().model, seed=0).blocks[0].ffn
+    slope = 1 - 1 / math.sqrt(D)
+    assert ffn.slope == pytest.approx(slope)
+    assert ffn.gain == pytest.approx(nn.init.calculate_gain("leaky_relu", slope))
+    x = torch.randn(5, D, dtype=torch.float64)
+    ffn = ffn.double()
+
+    def lin(p, v):
+        return (v @ p.weight.T + p.bias) * p.output_scale
+
+    gate = lin(ffn.gate_proj, x)
+    expected = lin(ffn.down_proj, ffn.gain * torch.where(gate > 0, gate, slope * gate) * lin(ffn.up_proj, x))
+    torch.testing.assert_close(ffn(x), expected)
+
+
+def test_every_projection_is_a_scaled_linear_with_the_reference_factor():
+    model = build_model(reference().model, seed=0)
+    stream = math.sqrt(512 / D)
+    factors = {"mixer.v_proj": stream, "mixer.o_proj": stream, "ffn.gate_proj": stream, "ffn.up_proj": stream,
+               "ffn.down_proj": math.sqrt(1 / D_FF)}
+    for i, block in enumerate(model.blocks):
+        for name, factor in factors.items():
+            proj = block.get_submodule(name)
+            assert isinstance(proj, ScaledLinear), f"blocks.{i}.{name}"
+            assert proj.output_scale == pytest.approx(factor)
+            x = torch.randn(2, proj.in_features)
+            torch.testing.assert_close(proj(x), F.linear(x, proj.weight, proj.bias) * factor)
+    assert isinstance(model.lm_head, ScaledLinear) and model.lm_head.output_scale == pytest.approx(stream)
+    assert {type(m) for m in model.modules() if isinstance(m, nn.Linear)} == {ScaledLinear}
+
+
+@pytest.mark.parametrize("variant", ["mixit", "standard", "frozen_qk"])
+def test_biases_on_init_std_and_norm_eps(variant):
+    model = build_model(reference(variant).model, seed=0)
+    linears = {n: m for n, m in model.named_modules() if isinstance(m, nn.Linear) and n != "lm_head"}
+    assert linears and all(m.bias is not None for m in linears.values())
+    weights = torch.cat([m.weight.flatten() for m in linears.values()])
+    assert weights.std().item() == pytest.approx(0.02, rel=0.02)
+    assert all(m.eps == 1e-6 for m in model.modules() if isinstance(m, nn.RMSNorm))
+    assert model.lm_head is not None
+
+
+@pytest.mark.parametrize("variant", ["standard", "frozen_qk"])
+def test_attention_models_are_plain_llama(variant):
+    model = build_model(reference(variant).model, seed=0)
+    assert {type(m) for m in model.modules() if isinstance(m, nn.Linear)} == {nn.Linear}
+    assert model.positions is None
+    for block in model.blocks:
+        assert block.mixer.rope is not None and type(block.ffn).__name__ == "SwiGLU"
+        assert block.skip_scale == 1.0 and block.residual_scale == 1.0
+
+
+def test_causal_rows_sum_to_one_and_bidirectional_rows_follow_the_reference_formula():
+    T, H, hd = 12, 4, 16
+    g = torch.Generator().manual_seed(3)
+    causal = mixing_matrices(H, T, hd, MixingConfig(bidirectional_drift="reference"), g).double()
+    torch.testing.assert_close(causal.sum(-1), torch.ones(H, T, dtype=torch.float64), atol=1e-6, rtol=0)
+    low, high = 1 / math.sqrt(T * hd), 1 / math.sqrt(T)
+    cfg = MixingConfig(causal=False, bidirectional_drift="reference")
+    mix = mixing_matrices(H, T, hd, cfg, torch.Generator().manual_seed(5)).double()
+    # The same draws by hand: sigma per head, then the noise, drift over i + 1.
+    g = torch.Generator().manual_seed(5)
+    sigma = low + (high - low) * torch.rand(H, 1, 1, generator=g, dtype=torch.float64)
+    noise = torch.randn(H, T, T, generator=g, dtype=torch.float64) * sigma
+    sums = noise.sum(-1)
+    i = torch.arange(T, dtype=torch.float64)
+    torch.testing.assert_close(mix.sum(-1), 1 + sums * (1 - T / (i + 1)), atol=1e-6, rtol=0)
+    assert (mix.sum(-1)[:, :-1] - 1).abs().max() > 1e-3  # early rows do not sum to 1
+    corrected = mixing_matrices(H, T, hd, MixingConfig(causal=False), torch.Generator().manual_seed(5)).double()
+    torch.testing.assert_close(corrected.sum(-1), torch.ones(H, T, dtype=torch.float64), atol=1e-6, rtol=0)
+
+
+def test_reference_optimizer_settings():
+    cfg = reference("standard")
+    assert (cfg.train.lr, cfg.train.weight_decay, cfg.train.betas, cfg.train.min_lr_ratio) == (
+        1e-2, 1e-3, (0.9, 0.999), 0.0)
+    opt = build_optimizer(build_model(cfg.model, seed=0), cfg.train)
+    assert all(group["betas"] == (0.9, 0.999) for group in opt.param_groups)
+    assert learning_rate(cfg.train.steps, cfg.train) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_explicit_keys_win_and_the_label_names_them():
+    cfg = reference("mixit", ("train.weight_decay", 0.1), learned_positions=False)
+    assert cfg.model.learned_positions is False and cfg.train.weight_decay == 0.1
+    assert cfg.model.mixing.sink_head is True
+    assert construction_label(cfg.to_dict()) == (
+        "reference except model.learned_positions=False, train.weight_decay=0.1")
+    assert construction_label(reference("mixit", ("train.lr", 3e-3)).to_dict()) == "reference"  # lr: a grid axis
+    # The resolved config reloads to the same config (a resume reads config.yaml).
+    assert config_from_dict(cfg.to_dict()) == cfg
+
+
+def test_corrected_is_the_default_and_changes_nothing():
+    data = {"model": {"variant": "mixit", "d_model": D}, "task": {"name": "condattend", "n_pairs": 4}}
+    cfg = config_from_dict(data)
+    assert construction_label(cfg.to_dict()) == "corrected"
+    assert (cfg.model.learned_positions, cfg.model.mixing.sink_head, cfg.model.skip_scale, cfg.model.ffn,
+            cfg.model.scaled_linear, cfg.train.lr) == (False, False, 1.0, "swiglu", None, 1e-3)
+
+
+def test_an_unknown_construction_is_refused():
+    with pytest.raises(ConfigError, match="model.construction"):
+        config_from_dict({"model": {"construction": "paper"}, "task": {"name": "condattend", "n_pairs": 4}})
+
+
+def test_budget_is_stated_as_a_fraction_of_the_papers():
+    from modformer.construction import budget, budget_text
+    b = budget(reference("mixit", ("train.batch_size", 256)).to_dict())
+    assert b == {"sequences": 200 * 256, "fraction": 51_200 / 12_800_000, "width": D, "width_fraction": D / 512}
+    assert budget_text(b) == "51,200 sequences (0.4% of the paper's ~1.28e+07), width 64 (0.125x its 512)"
+
+
+def test_budget_plot_draws_every_grid_point_and_only_for_budget_or_width_grids(tmp_path):
+    from modformer.sweep.budget_plot import plot_budget
+
+    def run(steps, seed, accuracy):
+        return {"point": {"train.steps": steps}, "run_dir": f"runs/{steps}-{seed}",
+                "summary": {"budget": {"sequences": steps * 256, "fraction": 0.0, "width": 64, "width_fraction": 0.1},
+                            "test": {"accuracy": accuracy}}}
+
+    groups = {("mixit", "train.steps=200"): [run(200, s, 0.3 + 0.01 * s) for s in range(3)],
+              ("mixit", "train.steps=800"): [run(800, s, 0.5) for s in range(3)]}
+    caption = plot_budget(tmp_path, tmp_path / "budget.png", {"train.steps": [200, 800]}, ["mixit"], groups)
+    assert caption and "sequences" in caption and (tmp_path / "budget.png").stat().st_size > 0
+    assert plot_budget(tmp_path, tmp_path / "other.png", {"train.lr": [1e-3]}, ["mixit"], groups) is None
+    assert not (tmp_path / "other.png").exists()
