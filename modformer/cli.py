@@ -117,6 +117,8 @@ def cmd_list(args: argparse.Namespace) -> int:
         v = VARIANTS[name]
         frozen = f"; freezes {', '.join(v.freeze)}" if v.freeze else ""
         print(f"  {name:<20}{v.description}{frozen}")
+    print("constructions (model.construction): corrected (our defaults), reference (the random-attention "
+          "reference code's models and optimizer: README, 'The reference construction')")
     print("mixers (model.mixer): " + ", ".join(MIXERS))
     print("feed-forward modules (model.ffn): " + ", ".join(FFNS))
     print("tasks (task.name): " + ", ".join(TASKS))
