@@ -35,6 +35,8 @@ class Point:
 
 BOTH = ("vanilla", "mixing")
 MIXING = ("mixing",)
+VANILLA = ("vanilla",)
+LLAMA = "transformers LlamaForCausalLM, which depth.py builds in vanilla mode"
 SQRT_HALF = math.sqrt(0.5)
 
 POINTS: tuple[Point, ...] = (
@@ -55,6 +57,12 @@ POINTS: tuple[Point, ...] = (
     Point("model.mixing.bidirectional_drift", "reference", MIXING,
           "mixing attention: the drift divides row i's noise sum by i + 1 also when not causal "
           "(trainer_classifier.py's bidirectional classifier)"),
+    Point("model.learned_positions", False, VANILLA, LLAMA + ": RoPE only"),
+    Point("model.rope", True, VANILLA, LLAMA + ": RoPE (utils.py TrainingArguments do_rope = True)"),
+    Point("model.skip_scale", 1.0, VANILLA, LLAMA + ": x + branch"),
+    Point("model.residual_scale", 1.0, VANILLA, LLAMA + ": x + branch"),
+    Point("model.ffn", "swiglu", VANILLA, LLAMA + ": LlamaMLP down(silu(gate x) * up x)"),
+    Point("model.scaled_linear", None, VANILLA, LLAMA + ": plain nn.Linear"),
     Point("model.attn_bias", True, BOTH, "depth.py get_model_config: config.attention_bias = True"),
     Point("model.ffn_bias", True, BOTH, "depth.py get_model_config: config.mlp_bias = True"),
     Point("model.init_std", 0.02, BOTH, "depth.py get_model_config: initializer_range = 0.02"),
@@ -70,8 +78,10 @@ POINTS: tuple[Point, ...] = (
 
 def mode_of(model: dict[str, Any]) -> str:
     """'mixing' when the model's mixer is `mixing` (MixiT), else 'vanilla'."""
-    variant = VARIANTS[model.get("variant", "standard")]
-    mixer = variant.mixer or model.get("mixer", "attention")
+    name = model.get("variant", "standard")
+    if not isinstance(name, str):
+        return "vanilla"  # the strict loader refuses the value, naming its key
+    mixer = VARIANTS[name].mixer or model.get("mixer", "attention")
     return "mixing" if mixer == "mixing" else "vanilla"
 
 

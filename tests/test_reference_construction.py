@@ -39,25 +39,32 @@ def reference(variant="mixit", *overrides, **model):
 
 def test_the_reference_points_are_pinned():
     """The table of points itself: a changed value or a dropped point fails here."""
-    assert {p.key: (p.value, p.modes) for p in POINTS} == {
-        "model.learned_positions": (True, ("mixing",)),
-        "model.mixing.sink_head": (True, ("mixing",)),
-        "model.skip_scale": (math.sqrt(0.5), ("mixing",)),
-        "model.residual_scale": (math.sqrt(0.5), ("mixing",)),
-        "model.ffn": ("shaped_leaky_glu", ("mixing",)),
-        "model.scaled_linear": ((512.0, 1.0), ("mixing",)),
-        "model.mixing.bidirectional_drift": ("reference", ("mixing",)),
-        "model.attn_bias": (True, ("vanilla", "mixing")),
-        "model.ffn_bias": (True, ("vanilla", "mixing")),
-        "model.init_std": (0.02, ("vanilla", "mixing")),
-        "model.norm_eps": (1e-6, ("vanilla", "mixing")),
-        "model.tie_embeddings": (False, ("vanilla", "mixing")),
-        "train.lr": (1e-2, ("vanilla", "mixing")),
-        "train.weight_decay": (1e-3, ("vanilla", "mixing")),
-        "train.betas": ((0.9, 0.999), ("vanilla", "mixing")),
-        "train.min_lr_ratio": (0.0, ("vanilla", "mixing")),
-        "train.grad_clip": (1.0, ("vanilla", "mixing")),
-    }
+    both, mixing, vanilla = ("vanilla", "mixing"), ("mixing",), ("vanilla",)
+    assert sorted((p.key, p.modes, repr(p.value)) for p in POINTS) == sorted((key, modes, repr(value)) for key, value, modes in [
+        ("model.learned_positions", True, mixing),
+        ("model.mixing.sink_head", True, mixing),
+        ("model.skip_scale", math.sqrt(0.5), mixing),
+        ("model.residual_scale", math.sqrt(0.5), mixing),
+        ("model.ffn", "shaped_leaky_glu", mixing),
+        ("model.scaled_linear", (512.0, 1.0), mixing),
+        ("model.mixing.bidirectional_drift", "reference", mixing),
+        ("model.learned_positions", False, vanilla),
+        ("model.rope", True, vanilla),
+        ("model.skip_scale", 1.0, vanilla),
+        ("model.residual_scale", 1.0, vanilla),
+        ("model.ffn", "swiglu", vanilla),
+        ("model.scaled_linear", None, vanilla),
+        ("model.attn_bias", True, both),
+        ("model.ffn_bias", True, both),
+        ("model.init_std", 0.02, both),
+        ("model.norm_eps", 1e-6, both),
+        ("model.tie_embeddings", False, both),
+        ("train.lr", 1e-2, both),
+        ("train.weight_decay", 1e-3, both),
+        ("train.betas", (0.9, 0.999), both),
+        ("train.min_lr_ratio", 0.0, both),
+        ("train.grad_clip", 1.0, both),
+    ])
 
 
 def test_the_readme_table_lists_every_point():
@@ -231,3 +238,41 @@ def test_budget_plot_draws_every_grid_point_and_only_for_budget_or_width_grids(t
     assert caption and "sequences" in caption and (tmp_path / "budget.png").stat().st_size > 0
     assert plot_budget(tmp_path, tmp_path / "other.png", {"train.lr": [1e-3]}, ["mixit"], groups) is None
     assert not (tmp_path / "other.png").exists()
+
+
+def test_attention_models_label_their_deviations_and_keep_q_k_plain():
+    cfg = reference("standard", skip_scale=0.5, scaled_linear=[512, 1])
+    assert construction_label(cfg.to_dict()) == (
+        "reference except model.skip_scale=0.5, model.scaled_linear=[512.0, 1.0]")
+    attention = build_model(cfg.model, seed=0).blocks[0].mixer
+    assert type(attention.q_proj) is nn.Linear and type(attention.k_proj) is nn.Linear
+    assert isinstance(attention.v_proj, ScaledLinear)
+
+
+def test_the_resolved_config_survives_a_yaml_round_trip():
+    import yaml
+    cfg = reference("mixit", ("train.lr", 3e-3))
+    assert config_from_dict(yaml.safe_load(cfg.to_yaml())) == cfg
+
+
+def test_bad_or_conflicting_input_is_one_clear_error():
+    with pytest.raises(ConfigError, match="model.variant"):
+        reference([1])
+    with pytest.raises(ConfigError, match="tie_embeddings"):
+        reference("mixit", tie_embeddings=True)
+
+
+def test_conversions_refuse_what_they_would_lose():
+    from modformer.interop.hf_llama import hf_config_from
+    pytest.importorskip("transformers")
+    hf_config_from(reference("standard").model)  # plain Llama with biases: converts
+    for model in (reference("standard", scaled_linear=[512, 1]).model, reference("standard", skip_scale=0.5).model,
+                  reference("mixit").model):
+        with pytest.raises(ConfigError, match="LlamaForCausalLM"):
+            hf_config_from(model)
+
+
+def test_signal_propagation_builds_the_reference_construction():
+    from modformer.analysis.signal import _model_config
+    cfg = _model_config("mixit", 2, 64, 4, 512, 16, {"construction": "reference"})
+    assert cfg.learned_positions and cfg.mixing.sink_head and cfg.ffn == "shaped_leaky_glu"

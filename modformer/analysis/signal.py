@@ -31,6 +31,7 @@ from typing import Any, Sequence
 
 import torch
 
+from ..construction import apply_construction
 from ..configtools import apply_override, from_dict
 from ..errors import ConfigError
 from ..model.config import ModelConfig
@@ -76,7 +77,7 @@ def _model_config(variant: str, depth: int, width: int, heads: int, vocab_size: 
             raise ConfigError(f"model option '{key}' is set by the signal sweep itself; use its own argument")
     data.update(variant=variant, n_layers=depth, d_model=width, n_heads=heads, vocab_size=vocab_size,
                 max_seq_len=seq_len)
-    return from_dict(ModelConfig, data, "model")
+    return from_dict(ModelConfig, apply_construction({"model": data})["model"], "model")
 
 
 def _check(variants: Sequence[str], depths: Sequence[int], seq_len: int, batch: int, seeds: int,

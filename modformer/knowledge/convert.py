@@ -84,6 +84,9 @@ def convert(source: str | Path, to: str, out: str | Path, *, threshold: str = "l
     if cfg.variant not in ("standard", "knowledge"):
         # Another variant's builder or freeze list would be lost in the converted config.
         raise ModformerError(f"{source} is a '{cfg.variant}' model; only standard and knowledge models convert")
+    if cfg.scaled_linear is not None:
+        # Folding reads the weights as plain linear maps; the output scales would be lost.
+        raise ModformerError(f"{source} has scaled projections (model.scaled_linear); only plain ones convert")
     if any(v is not None and v < 1 for v in (n_entries, d_entry)):
         raise ModformerError(f"--n-entries and --d-entry must be positive, got {n_entries} and {d_entry}")
     approximate = n_entries is not None or d_entry is not None

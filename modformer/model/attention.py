@@ -33,8 +33,9 @@ class SelfAttention(nn.Module):
         self.n_kv_heads = n_kv_heads or n_heads
         self.head_dim = d_model // n_heads
         self.causal = causal
-        self.q_proj = linear(d_model, n_heads * self.head_dim, bias)
-        self.k_proj = linear(d_model, self.n_kv_heads * self.head_dim, bias)
+        # Q and K stay plain: a scale on them would scale the attention logits (no reference model does).
+        self.q_proj = nn.Linear(d_model, n_heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(d_model, self.n_kv_heads * self.head_dim, bias=bias)
         self.v_proj = linear(d_model, self.n_kv_heads * self.head_dim, bias)
         self.o_proj = linear(n_heads * self.head_dim, d_model, bias)
         self.rope = rope

@@ -67,8 +67,9 @@ class ModelConfig:
                                     "(the MixiT reference uses sqrt(0.5) = 0.7071)")
     scaled_linear: tuple[float, float] | None = option(
         None, "[stream base, hidden base]: multiply each projection's output by sqrt(base / fan_in), with the stream "
-              "base for projections reading the residual stream (Q, K, V, O, gate, up, head) and the hidden base for "
-              "the feed-forward down projection (the MixiT reference: [512, 1]); null: plain linear layers")
+              "base for projections reading the residual stream (V, O, gate, up, head; never Q and K, which would scale "
+              "attention logits) and the hidden base for the feed-forward down projection (the MixiT reference: "
+              "[512, 1]); null: plain linear layers")
     tie_embeddings: bool = option(False, "share the token embedding with the output head")
     init_std: float = option(0.02, "std of the normal init of linear and embedding weights")
     attention: AttentionConfig = option(default_factory=AttentionConfig, help="options of the attention mixer")
@@ -103,6 +104,9 @@ class ModelConfig:
             raise ConfigError(f"model.construction must be corrected or reference, got '{self.construction}'")
         if self.scaled_linear is not None and min(self.scaled_linear) <= 0:
             raise ConfigError(f"model.scaled_linear bases must be positive, got {list(self.scaled_linear)}")
+        if self.scaled_linear is not None and self.tie_embeddings:
+            raise ConfigError("model.scaled_linear scales the output head, which model.tie_embeddings replaces by "
+                              "the embedding: set one of them only")
         for key in ("rope_theta", "norm_eps", "init_std", "residual_scale", "skip_scale"):
             if getattr(self, key) <= 0:
                 raise ConfigError(f"model.{key} must be positive, got {getattr(self, key)}")

@@ -20,7 +20,7 @@ WIDTH_KEY = "model.d_model"
 def _run_budget(sweep_dir: Path, run: dict[str, Any]) -> dict[str, float] | None:
     if "budget" in run["summary"]:
         return run["summary"]["budget"]
-    path = sweep_dir / run["run_dir"] / "config.yaml"
+    path = sweep_dir / run.get("run_dir", f"runs/{run.get('run_id', '')}") / "config.yaml"
     return budget(yaml.safe_load(path.read_text())) if path.exists() else None
 
 
@@ -34,7 +34,7 @@ def plot_budget(sweep_dir: Path, path: Path, grid: dict[str, list], variants: li
     if not by_budget and WIDTH_KEY not in grid:
         return None
     field, mark = ("sequences", REFERENCE_SEQUENCES) if by_budget else ("width", REFERENCE_WIDTH)
-    others = [k for k in grid if k not in (*BUDGET_KEYS, WIDTH_KEY)]
+    others = [k for k in grid if k not in BUDGET_KEYS and (by_budget or k != WIDTH_KEY)]
     lines: dict[str, dict[float, list[float]]] = {}
     for (variant, _), runs in groups.items():
         if variant not in variants:

@@ -4,9 +4,16 @@ A copy of L distinct random tokens, then the same copy again, then padding 0 to 
 2 * max_len; L is drawn per sequence from [min_len, max_len]. Only the second copy is
 scored from its second token on: the next token there is the one that followed the current
 token in the first copy, which an induction head finds (attend to the position after the
-earlier occurrence, copy its token); nothing else predicts it better than chance. This is
-the sequence TransformerLens scores induction heads on, so `train.induction_scores` reads
-the heads on the very pattern the model is trained on.
+earlier occurrence, copy its token). This is the sequence TransformerLens scores induction
+heads on, so `train.induction_scores` reads the heads on the very pattern the model is
+trained on.
+
+A model without induction can still do better than chance per token: a copy's tokens are
+distinct, so the next one is among the first copy's tokens not yet repeated. Guessing
+uniformly among those is right with probability 1/(L - j) at the j-th scored token, on
+average H_{L-1}/(L-1) per token (0.61 at L = 4, 0.22 at L = 16); `token_accuracy` must be
+read against that. The whole second copy (`accuracy`, exact match) is guessed so only with
+probability 1/(L-1)!, so exact match needs the copy followed.
 
 Worked example, vocabulary 512, L = 3 of max_len 4::
 
@@ -20,6 +27,7 @@ is not predictable and is not scored. Slices: `copy_length`, L.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,7 +53,7 @@ class RepeatConfig(TaskConfig):
         if self.vocab_size - 1 < self.max_len:
             raise ConfigError(f"task.vocab_size={self.vocab_size} leaves fewer than task.max_len={self.max_len} "
                               f"distinct tokens for a copy")
-        self.check_room((self.vocab_size - 1) ** self.min_len, f"task.min_len={self.min_len}")
+        self.check_room(math.perm(self.vocab_size - 1, self.min_len), f"task.min_len={self.min_len}")
 
 
 @TASKS.register("repeat")
