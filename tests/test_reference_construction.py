@@ -276,3 +276,15 @@ def test_signal_propagation_builds_the_reference_construction():
     from modformer.analysis.signal import _model_config
     cfg = _model_config("mixit", 2, 64, 4, 512, 16, {"construction": "reference"})
     assert cfg.learned_positions and cfg.mixing.sink_head and cfg.ffn == "shaped_leaky_glu"
+
+
+def test_reports_read_construction_and_budget_from_older_runs_configs(tmp_path):
+    import yaml
+    from modformer.sweep.report import _run_facts
+    cfg = reference("mixit", ("train.batch_size", 256))
+    (tmp_path / "runs" / "a").mkdir(parents=True)
+    (tmp_path / "runs" / "a" / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict()))
+    old = {"run_id": "a", "run_dir": "runs/a", "summary": {"test": {}}}
+    assert _run_facts(tmp_path, old) == ("reference", "51,200 sequences (0.4% of the paper's ~1.28e+07), "
+                                                      "width 64 (0.125x its 512)")
+    assert _run_facts(tmp_path, {"run_id": "b", "run_dir": "runs/b", "summary": {}}) == ("not recorded",) * 2
