@@ -32,6 +32,11 @@ class Point:
     def applies(self, mode: str) -> bool:
         return mode in self.modes
 
+    @property
+    def plain(self) -> Any:
+        """The value as plain config data holds it (YAML has lists, not tuples)."""
+        return list(self.value) if isinstance(self.value, tuple) else self.value
+
 
 BOTH = ("vanilla", "mixing")
 MIXING = ("mixing",)
@@ -103,7 +108,7 @@ def apply_construction(data: dict[str, Any]) -> dict[str, Any]:
     mode = mode_of(model)
     for point in POINTS:
         if point.applies(mode) and not _lookup(data, point.key)[0]:
-            _fill(data, point.key, list(point.value) if isinstance(point.value, tuple) else point.value)
+            _fill(data, point.key, point.plain)
     return data
 
 
@@ -141,8 +146,7 @@ def construction_label(config: dict[str, Any]) -> str:
         if not point.applies(mode) or point.key == "train.lr":
             continue
         found, value = _lookup(config, point.key)
-        expected = list(point.value) if isinstance(point.value, tuple) else point.value
-        if found and (list(value) if isinstance(value, tuple) else value) != expected:
+        if found and (list(value) if isinstance(value, tuple) else value) != point.plain:
             changed.append(f"{point.key}={value}")
     return "reference" + (" except " + ", ".join(changed) if changed else "")
 
