@@ -139,6 +139,19 @@ def test_settings_are_chosen_on_validation_over_complete_seeds():
     assert choose(groups, "accuracy", "min", seeds=3) == {"a": "lr=2"}
 
 
+def test_report_lists_variants_and_grid_points_in_the_sweeps_order():
+    from modformer.sweep.report import grid_order, point_label
+
+    grid = {"train.steps": [200, 800, 3200], "train.lr": [0.01, 0.003]}
+    variants = ["standard", "mixit"]
+    points = [point_label({"train.steps": s, "train.lr": lr}) for s in (3200, 200, 800) for lr in (0.003, 0.01)]
+    groups = {(v, p): [] for v in reversed(variants) for p in points}
+    ordered = [key for key, _ in grid_order(groups, variants, grid)]
+    assert [v for v, _ in ordered] == ["standard"] * 6 + ["mixit"] * 6
+    assert [p for _, p in ordered[:6]] == [point_label({"train.steps": s, "train.lr": lr})
+                                           for s in (200, 800, 3200) for lr in (0.01, 0.003)]
+
+
 def test_interrupted_sweep_stops_its_runs_and_continues_later(tmp_path):
     """SIGINT to a sweep started in the background (SIGINT ignored, as nohup leaves it):
     the running trainings save and stop, nothing new starts, and the same command finishes."""

@@ -7,10 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ..construction import REFERENCE_SEQUENCES, REFERENCE_WIDTH, budget
 from ..figures import plt, save_figure
+from .runner import run_config
 from .stats import summarize
 
 BUDGET_KEYS = ("train.steps", "train.batch_size")
@@ -20,8 +19,8 @@ WIDTH_KEY = "model.d_model"
 def _run_budget(sweep_dir: Path, run: dict[str, Any]) -> dict[str, float] | None:
     if "budget" in run["summary"]:
         return run["summary"]["budget"]
-    path = sweep_dir / run.get("run_dir", f"runs/{run.get('run_id', '')}") / "config.yaml"
-    return budget(yaml.safe_load(path.read_text())) if path.exists() else None
+    config = run_config(sweep_dir, run)
+    return None if config is None else budget(config)
 
 
 def plot_budget(sweep_dir: Path, path: Path, grid: dict[str, list], variants: list[str],

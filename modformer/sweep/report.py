@@ -7,6 +7,7 @@ Every figure is a mean over seeds with its standard deviation and 95% t interval
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections import defaultdict
@@ -21,7 +22,7 @@ from ..figures import plt, save_figure
 from ..train.checkpoint import atomic_write_text
 from ..train.records import read_records
 from .budget_plot import plot_budget
-from .runner import read_results
+from .runner import read_results, run_config
 from .stats import summarize
 
 
@@ -42,6 +43,20 @@ def point_label(point: dict[str, Any]) -> str:
     Values are written as JSON, so that distinct points never share a label (the string "1"
     and the number 1, ["a, b"] and ["a", "b"]); folder names lose that, the report must not."""
     return ", ".join(f"{k}={json.dumps(v)}" for k, v in point.items()) or "default"
+
+
+def grid_order(groups: dict[tuple[str, str], list[dict]], variants: list[str],
+               grid: dict[str, list]) -> list[tuple[tuple[str, str], list[dict]]]:
+    """The groups in the sweep's own order: variants as listed, grid points as the grid
+    lists them (steps 200, 800, 3200, not the text order 200, 3200, 800)."""
+    points = [point_label(dict(zip(grid, values))) for values in itertools.product(*grid.values())]
+
+    def key(item):
+        variant, point = item[0]
+        return (variants.index(variant) if variant in variants else len(variants), variant,
+                points.index(point) if point in points else len(points), point)
+
+    return sorted(groups.items(), key=key)
 
 
 def choose(groups: dict[tuple[str, str], list[dict]], metric: str, mode: str, seeds: int) -> dict[str, str]:
@@ -140,7 +155,7 @@ def write_report(sweep_dir: str | Path) -> Path:
             lines += [f"## Test accuracy per `{name}`, every setting", "",
                       "| variant | setting | " + " | ".join(f"{name}={v}" for v in values) + " |",
                       "|---" * (len(values) + 2) + "|"]
-            for (v, point), runs in sorted(groups.items()):
+            for (v, point), runs in grid_order(groups, sw["variants"], sw["grid"]):
                 lines.append(f"| {v} | `{point}` | " + " | ".join(_slice_cell(runs, name, value) for value in values)
                              + " |")
             lines.append("")
@@ -148,7 +163,7 @@ def write_report(sweep_dir: str | Path) -> Path:
     lines += ["## The whole grid", "",
               f"| variant | setting | seeds | validation {metric} | test accuracy | trainable params | chosen |",
               "|---|---|---|---|---|---|---|"]
-    for (v, point), runs in sorted(groups.items()):
+    for (v, point), runs in grid_order(groups, sw["variants"], sw["grid"]):
         lines.append(f"| {v} | `{point}` | {len(runs)} | {_cell([r['summary']['validation'][metric] for r in runs], metric)} | "
                      f"{_cell([r['summary']['test']['accuracy'] for r in runs])} | "
                      f"{runs[0]['summary']['parameters']['trainable']:,} | {'yes' if chosen.get(v) == point else ''} |")
@@ -182,11 +197,10 @@ def _run_facts(sweep_dir: Path, run: dict[str, Any]) -> tuple[str, str]:
     summary = run["summary"]
     if "construction" in summary:
         return summary["construction"], budget_text(summary["budget"])
-    path = sweep_dir / run.get("run_dir", f"runs/{run['run_id']}") / "config.yaml"
-    if path.exists():
-        config = yaml.safe_load(path.read_text())
-        return construction_label(config), budget_text(budget(config))
-    return "not recorded", "not recorded"
+    config = run_config(sweep_dir, run)
+    if config is None:
+        return "not recorded", "not recorded"
+    return construction_label(config), budget_text(budget(config))
 
 
 def _construction_section(sweep_dir: Path, variants: list[str], groups, chosen) -> list[str]:

@@ -41,6 +41,13 @@ def read_results(sweep_dir: Path) -> dict[str, dict[str, Any]]:
     return {r["run_id"]: r for r in read_records(path)} if path.exists() else {}
 
 
+def run_config(sweep_dir: Path, record: dict[str, Any]) -> dict[str, Any] | None:
+    """The config one run of a sweep trained with (its run folder's config.yaml, as plain
+    data), or None where the folder is gone. For facts that older summaries did not record."""
+    path = Path(sweep_dir) / record.get("run_dir", f"runs/{record['run_id']}") / "config.yaml"
+    return yaml.safe_load(path.read_text()) if path.exists() else None
+
+
 def _raise_keyboard_interrupt(signum, frame):
     raise KeyboardInterrupt
 
