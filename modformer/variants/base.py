@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import torch
@@ -18,7 +18,7 @@ from ..registry import VARIANTS
 class Variant:
     build: Callable[[ModelConfig], Transformer]  # architecture only; weights are set by `build_model`
     freeze: tuple[str, ...] = ()  # parameter-name globs fixed at their initial values
-    mixer: str | None = None  # the mixer the builder always uses; None: the configured model.mixer
+    mixer: str | None = None  # the mixer this variant always builds with; None: the configured model.mixer
     description: str = ""
 
 
@@ -27,6 +27,8 @@ def build_model(cfg: ModelConfig, seed: int) -> Transformer:
     if cfg.vocab_size is None or cfg.max_seq_len is None:
         raise ValueError("model.vocab_size and model.max_seq_len must be resolved (from the task) before building")
     variant = VARIANTS[cfg.variant]
+    if variant.mixer is not None:
+        cfg = replace(cfg, mixer=variant.mixer)
     # Module constructors draw default weights from the global RNG; they are overwritten
     # below, and the caller's global RNG must not notice.
     with torch.random.fork_rng(devices=[]):

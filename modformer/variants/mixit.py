@@ -6,15 +6,11 @@ reference code does (learned positions, sink head, sqrt(0.5) skip and branch sca
 gated shaped MLP, ScaledLinear projections, biases: `modformer/construction.py`).
 """
 
-from functools import partial
-
 from ..registry import VARIANTS
 from .base import Variant
 from .standard import build_decoder
 
-MIXER = "mixing"
-
 VARIANTS.register("mixit")(Variant(
-    partial(build_decoder, mixer=MIXER), mixer=MIXER,
+    build_decoder, mixer="mixing",
     description="fixed random mixing matrix per layer and head instead of attention (model.mixing.*)",
 ))

@@ -14,11 +14,10 @@ from ..registry import FFNS, MIXERS, VARIANTS
 from .base import Variant
 
 
-def build_decoder(cfg: ModelConfig, *, mixer: str | None = None,
-                  ffn: str | Callable[[ModelConfig], nn.Module] | None = None) -> Transformer:
-    """Blocks of the given (default: configured) mixer and feed-forward module, pre-norm
-    RMSNorm. `ffn` is a registered name or a factory called once per block."""
-    mixer_factory = MIXERS[mixer or cfg.mixer]
+def build_decoder(cfg: ModelConfig, *, ffn: str | Callable[[ModelConfig], nn.Module] | None = None) -> Transformer:
+    """Blocks of the configured mixer and the given (default: configured) feed-forward
+    module, pre-norm RMSNorm. `ffn` is a registered name or a factory called once per block."""
+    mixer_factory = MIXERS[cfg.mixer]
     ffn_factory = ffn if callable(ffn) else FFNS[ffn or cfg.ffn]
     blocks = [
         Block(cfg.d_model, mixer_factory(cfg), ffn_factory(cfg), norm_eps=cfg.norm_eps,
