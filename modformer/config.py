@@ -15,7 +15,7 @@ import yaml
 
 from . import tasks as _tasks  # noqa: F401  (registers the tasks)
 from . import variants as _variants  # noqa: F401  (registers the variants and parts)
-from .configtools import apply_override, from_dict, option, to_dict
+from .configtools import apply_override, from_dict, option, read_yaml, to_dict
 from .construction import apply_construction
 from .errors import ConfigError
 from .model.config import ModelConfig
@@ -69,25 +69,6 @@ def config_from_dict(data: dict[str, Any] | None) -> RunConfig:
     elif task.seq_len > model.max_seq_len:
         raise ConfigError(f"model.max_seq_len={model.max_seq_len} is shorter than the task's sequences ({task.seq_len})")
     return RunConfig(model=model, task=task_cfg, train=train)
-
-
-def read_yaml(path: str | Path) -> dict[str, Any]:
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise ConfigError(f"config file not found: {path}") from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as e:
-        raise ConfigError(f"cannot read config file {path}: {e.__class__.__name__}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"config file {path} is not valid YAML{where}") from None
-    if data is not None and not isinstance(data, dict):
-        raise ConfigError(f"config file {path} must hold a mapping with sections model, task, train")
-    return data or {}
 
 
 def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> RunConfig:

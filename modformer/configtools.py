@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
+from pathlib import Path
 from typing import Any, Union
 
 import yaml
@@ -18,6 +19,46 @@ import yaml
 from .errors import ConfigError
 
 _MISSING = dataclasses.MISSING
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """safe_load that refuses a key given twice in one mapping (plain YAML keeps the last,
+    silently dropping the first section)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise ConfigError(f"key '{key}' is given twice in one mapping (lines {seen[key]} and {line})")
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """A config file as plain data: a mapping, at least one key, no key twice in a mapping."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as e:
+        raise ConfigError(f"cannot read config file {path}: {e.__class__.__name__}") from None
+    try:
+        data = yaml.load(text, Loader=_StrictLoader)
+    except ConfigError as e:
+        raise ConfigError(f"config file {path}: {e}") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"config file {path} is not valid YAML{where}") from None
+    if data is None or data == {}:
+        raise ConfigError(f"config file {path} is empty (no keys); give at least the sections it changes, "
+                          f"e.g. 'task: {{name: condattend}}'")
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping with sections model, task, train")
+    return data
 
 
 def option(default: Any = _MISSING, help: str = "", *, default_factory: Any = _MISSING) -> Any:

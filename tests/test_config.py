@@ -86,3 +86,36 @@ def test_every_shipped_config_loads(path):
             assert run.config.model.variant in sweep.spec.variants
     else:
         load_config(path)
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("", "is empty"),
+    ("# only a comment\n", "is empty"),
+    ("{}\n", "is empty"),
+    ("model: {d_model: 32}\ntrain: {steps: 3}\nmodel: {d_model: 64}\n", "key 'model' is given twice in one mapping (lines 1 and 3)"),
+    ("train:\n  steps: 3\n  lr: 0.1\n  steps: 4\n", "key 'steps' is given twice in one mapping (lines 2 and 4)"),
+])
+def test_empty_configs_and_duplicated_keys_are_refused_in_one_line(tmp_path, capsys, text, fragment):
+    from modformer.cli import main
+
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    for command in (["train", str(path), "--out", str(tmp_path / "run")], ["sweep", str(path), "--out", str(tmp_path / "s")]):
+        assert main(command) == 2
+        err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+        assert len(err) == 1 and fragment in err[0] and str(path) in err[0], err
+    assert not (tmp_path / "run").exists() and not (tmp_path / "s").exists()
+
+
+def test_a_sweep_needs_a_sweep_section(tmp_path, capsys):
+    from modformer.cli import main
+
+    path = tmp_path / "c.yaml"
+    path.write_text("model: {d_model: 32}\n")
+    assert main(["sweep", str(path), "--out", str(tmp_path / "s")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no 'sweep' section" in err[0], err
+    assert not (tmp_path / "s").exists()
+    # Sweep keys given on the command line make one.
+    from modformer.sweep.spec import load_sweep
+    assert load_sweep(path, ["sweep.variants=[standard, mixit]"]).spec.variants == ["standard", "mixit"]

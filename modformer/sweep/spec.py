@@ -120,7 +120,10 @@ def load_sweep(path: str | Path, overrides: Sequence[str] = ()) -> Sweep:
     data = read_yaml(path)
     for assignment in overrides:
         apply_override(data, assignment)
-    spec = from_dict(SweepConfig, data.pop("sweep", None), "sweep")
+    if data.get("sweep") is None:
+        raise ConfigError(f"{path} has no 'sweep' section: add one (e.g. 'sweep: {{variants: [standard, mixit]}}') "
+                          f"or set sweep keys on the command line, or train one run with 'modformer train'")
+    spec = from_dict(SweepConfig, data.pop("sweep"), "sweep")
     sweep = Sweep(base=data, spec=spec)
     sweep.runs()  # check every run's config now, not hours into the sweep
     return sweep
