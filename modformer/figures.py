@@ -9,7 +9,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only; never needs a display
 import matplotlib.pyplot as plt  # noqa: E402
 
-from .train.checkpoint import atomic_write  # noqa: E402
+from .files import atomic_write  # noqa: E402
 
 __all__ = ["plt", "save_figure"]
 

@@ -24,9 +24,9 @@ import torch
 from torch import nn
 
 from ..errors import ModformerError
+from ..files import atomic_write_text, output_folder
 from ..model.hooks import capture
 from ..model.knowledge import KnowledgeFFN
-from ..train.checkpoint import atomic_write_text, output_folder
 from .common import by_layer, evaluating, model_device, plt, save_figure
 
 SCORES = "blocks.*.ffn.scores"

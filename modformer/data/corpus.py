@@ -25,7 +25,7 @@ from typing import Iterator
 
 from ..bridge.packaged import cache_root
 from ..errors import ModformerError
-from ..train.checkpoint import atomic_write_folder
+from ..files import atomic_write_folder
 from .sources import Columns, Document, digest, open_source
 from .store import SPLITS, TokenSplit, TokenStore, build_store
 from .tokenizer import TextTokenizer, load_tokenizer, train_bpe

@@ -25,7 +25,7 @@ from typing import Callable
 import numpy as np
 from tqdm import tqdm
 
-from ..train.checkpoint import atomic_write_folder, atomic_write_text
+from ..files import atomic_write_folder, atomic_write_text
 from .sources import Document
 from .tokenizer import TextTokenizer
 

@@ -29,9 +29,10 @@ import torch
 from ..config import config_from_dict
 from ..configtools import to_dict
 from ..errors import ModformerError
-from ..model.transformer import Transformer
 from ..evaluate import load_checkpoint_model
-from ..train.checkpoint import atomic_write_folder, load_model_state, save_checkpoint
+from ..files import atomic_write_folder
+from ..model.transformer import Transformer
+from ..train.checkpoint import load_model_state, save_checkpoint
 from ..variants import build_model
 from .fold import fold_model, folded_config, unfold_model, unfold_model_approximate, unfolded_config
 

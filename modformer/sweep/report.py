@@ -19,7 +19,7 @@ import yaml
 from ..construction import budget, budget_text, construction_label
 from ..errors import ModformerError
 from ..figures import plt, save_figure
-from ..train.checkpoint import atomic_write_text
+from ..files import atomic_write_text
 from ..train.records import read_records
 from .budget_plot import plot_budget
 from .runner import read_results, run_config

@@ -28,7 +28,8 @@ from typing import Any, Callable
 import yaml
 
 from ..errors import ModformerError
-from ..train.checkpoint import atomic_write_text, list_checkpoints
+from ..files import atomic_write_text
+from ..train.checkpoint import list_checkpoints
 from ..train.records import read_records
 from .spec import RunSpec, Sweep
 

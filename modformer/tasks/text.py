@@ -27,7 +27,7 @@ from ..data.sources import PACKAGED, TEXT_SPLITS, Columns
 from ..data.store import TokenSplit
 from ..data.tokenizer import TextTokenizer, load_tokenizer
 from ..errors import ConfigError
-from ..train.checkpoint import atomic_write_folder
+from ..files import atomic_write_folder
 from .base import Batch, Task, TaskConfig
 
 

@@ -9,9 +9,7 @@ to open; one that is not ours is refused with a message saying so.
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +19,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from ..errors import CheckpointError, ModformerError
+from ..errors import CheckpointError
+from ..files import atomic_write
 
 FORMAT = "modformer.checkpoint"
 FORMAT_VERSION = "1"
@@ -35,71 +34,6 @@ class Checkpoint:
     optimizer: dict[str, torch.Tensor]  # "<param name>.<state key>" -> tensor
     rng: dict[str, torch.Tensor]
     meta: dict[str, Any]  # config, optimizer groups, schedule, code version
-
-
-def atomic_write(path: Path, write) -> None:
-    """Call `write(tmp_path)`, then move the result over `path` in one rename."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        write(tmp)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # some writers create private temp files
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write(path, lambda tmp: Path(tmp).write_text(text))
-
-
-def output_folder(path: str | Path) -> Path:
-    """`path` as a folder a command can write its outputs to, made if missing; a path that
-    cannot be one (a file there, no permission) is one clear error."""
-    path = Path(path)
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ModformerError(f"cannot write to {path}: {e.strerror or e}") from None
-    return path
-
-
-def atomic_write_folder(path: Path, write) -> None:
-    """Call `write(tmp_folder)` on a new, empty sibling folder, then put it in place of
-    `path` (a folder already there is removed first). Whatever fails, the sibling is
-    removed: no half-written folder is ever left at `path` or beside it."""
-    atomic_write_folders([path], lambda tmps: write(tmps[0]))
-
-
-def atomic_write_folders(paths: list[Path], write) -> None:
-    """`atomic_write_folder` for several folders that one call `write(tmp_folders)` fills
-    (e.g. from one pass over data). Each folder is put in place on its own once `write` has
-    returned, so each is whole or absent; if some cannot be (another process's folder got
-    there first), the others still are, and an OSError names those that were not."""
-    paths = [Path(p) for p in paths]
-    tmps = [p.with_name(f".{p.name}.partial-{os.getpid()}") for p in paths]
-    try:
-        for tmp in tmps:
-            shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir(parents=True)
-        write(tmps)
-        failed = []
-        for path, tmp in zip(paths, tmps):
-            shutil.rmtree(path, ignore_errors=True)
-            try:
-                tmp.rename(path)
-            except OSError:
-                failed.append(path)
-        if failed:
-            raise OSError(f"cannot put in place: {', '.join(map(str, failed))}")
-    finally:
-        for tmp in tmps:
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def optimizer_tensors(optimizer: torch.optim.Optimizer, names: dict[nn.Parameter, str]) -> dict[str, torch.Tensor]:

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from .checkpoint import atomic_write_text
+from ..files import atomic_write_text
 
 
 class MetricsLog:

@@ -27,15 +27,16 @@ from ..config import RunConfig, config_from_dict
 from ..construction import budget, construction_label
 from ..errors import CheckpointError, ConfigError, Interrupted, ModformerError, TrainingDiverged
 from ..evaluate import autocast, checkpoint_file, evaluate
+from ..files import atomic_write_text, remove_stale_temporaries
 from ..registry import TASKS
 from ..tasks.base import IGNORE
 from ..variants import build_model
 from ..version import code_version
-from .checkpoint import (atomic_write_text, checkpoint_path, list_checkpoints, load_model_state,
-                         load_optimizer_tensors, read_checkpoint, restore_rng, save_checkpoint)
+from .checkpoint import (checkpoint_path, list_checkpoints, load_model_state, load_optimizer_tensors,
+                         read_checkpoint, restore_rng, save_checkpoint)
+from .distributed import init_world
 from .optim import build_optimizer, learning_rate, schedule_description
 from .plots import plot_training_curves
-from .distributed import init_world
 from .records import MetricsLog, NullMetricsLog
 
 # Keys that may change when a run is resumed: they change neither the weights nor the logged
@@ -109,6 +110,11 @@ class Trainer:
                                  f"or --out to choose another folder")
         if self.resume and saved.exists():
             self._check_same_config(saved)
+        if self.resume:
+            # A run killed while writing leaves temporary files (a checkpoint's size each).
+            stale = [*remove_stale_temporaries(self.run_dir), *remove_stale_temporaries(self.ckpt_dir, safetensors=True)]
+            if stale:
+                self.echo(f"removed {len(stale)} temporary file(s) a killed run left in {self.run_dir}")
         try:
             self.ckpt_dir.mkdir(parents=True, exist_ok=True)
             probe = self.run_dir / f".write-test-{os.getpid()}"
@@ -164,7 +170,10 @@ class Trainer:
             self.metrics.keep(lambda r: False)  # whatever a killed run logged is redone
             return 0
         step, path = found[-1]
-        ckpt = read_checkpoint(path)
+        try:
+            ckpt = read_checkpoint(path)
+        except CheckpointError as e:
+            raise CheckpointError(f"{e}; {self._fallback(found[:-1], path)}") from None
         if ckpt.step != step:
             raise CheckpointError(f"{path} is named for step {step} but holds step {ckpt.step}")
         load_model_state(self.model, {k: v.to(self.device) for k, v in ckpt.model.items()}, path)
@@ -177,6 +186,19 @@ class Trainer:
         self.metrics.keep(lambda r: r.get("step", 0) <= step and r.get("split") != "test")
         self.echo(f"resumed {self.run_dir} from step {step}")
         return step
+
+    @staticmethod
+    def _fallback(earlier: list[tuple[int, Path]], damaged: Path) -> str:
+        """What to do when the latest checkpoint cannot be read: the newest earlier one that
+        can, and how to resume from it (nothing is deleted for the user)."""
+        for step, path in reversed(earlier):
+            try:
+                read_checkpoint(path)
+            except CheckpointError:
+                continue
+            return (f"the previous checkpoint {path.name} (step {step}) is intact: move the damaged one aside "
+                    f"(mv {damaged} {damaged}.damaged) and run the same command again to resume from step {step}")
+        return "no earlier checkpoint is readable: move the damaged one aside to start the run again from step 0"
 
     # -- the loop --------------------------------------------------------------------------
     def _setup(self) -> int:

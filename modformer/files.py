@@ -1,0 +1,117 @@
+"""Writing files so that a reader never sees half of one: atomic files and folders, output
+folders, and the temporary files a killed writer leaves behind.
+
+The ground floor: every layer writes through these, and this module imports nothing of
+modformer's but its errors.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+from .errors import ModformerError
+
+# `.NAME.tmp-PID` (atomic_write) and `.NAME.partial-PID` (atomic_write_folders)
+_OURS = re.compile(r"^\..+\.(?:tmp|partial)-(\d+)$")
+# safetensors' own temporary file (Rust's tempfile crate: `.tmp` and 6 random characters)
+_SAFETENSORS = re.compile(r"^\.tmp[A-Za-z0-9]{6}$")
+
+
+def atomic_write(path: Path, write) -> None:
+    """Call `write(tmp_path)`, then move the result over `path` in one rename."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        write(tmp)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # some writers create private temp files
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write(path, lambda tmp: Path(tmp).write_text(text))
+
+
+def output_folder(path: str | Path) -> Path:
+    """`path` as a folder a command can write its outputs to, made if missing; a path that
+    cannot be one (a file there, no permission) is one clear error."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ModformerError(f"cannot write to {path}: {e.strerror or e}") from None
+    return path
+
+
+def atomic_write_folder(path: Path, write) -> None:
+    """Call `write(tmp_folder)` on a new, empty sibling folder, then put it in place of
+    `path` (a folder already there is removed first). Whatever fails, the sibling is
+    removed: no half-written folder is ever left at `path` or beside it."""
+    atomic_write_folders([path], lambda tmps: write(tmps[0]))
+
+
+def atomic_write_folders(paths: list[Path], write) -> None:
+    """`atomic_write_folder` for several folders that one call `write(tmp_folders)` fills
+    (e.g. from one pass over data). Each folder is put in place on its own once `write` has
+    returned, so each is whole or absent; if some cannot be (another process's folder got
+    there first), the others still are, and an OSError names those that were not."""
+    paths = [Path(p) for p in paths]
+    tmps = [p.with_name(f".{p.name}.partial-{os.getpid()}") for p in paths]
+    try:
+        for tmp in tmps:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+        write(tmps)
+        failed = []
+        for path, tmp in zip(paths, tmps):
+            shutil.rmtree(path, ignore_errors=True)
+            try:
+                tmp.rename(path)
+            except OSError:
+                failed.append(path)
+        if failed:
+            raise OSError(f"cannot put in place: {', '.join(map(str, failed))}")
+    finally:
+        for tmp in tmps:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def remove_stale_temporaries(folder: Path, *, safetensors: bool = False) -> list[Path]:
+    """Remove what writers killed mid-write left in `folder` (not its subfolders): our
+    temporary files and folders whose writing process is gone, and, with `safetensors`, the
+    library's own `.tmpXXXXXX` files (they name no process, so pass it only for a folder that
+    no other process writes now, e.g. a run's checkpoints when the run resumes). Returns
+    what was removed."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    removed = []
+    for path in folder.iterdir():
+        ours = _OURS.match(path.name)
+        if (ours and int(ours.group(1)) != os.getpid() and not _alive(int(ours.group(1)))) or \
+                (safetensors and _SAFETENSORS.match(path.name) and path.is_file()):
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+            removed.append(path)
+    return sorted(removed)
