@@ -7,11 +7,17 @@ from torch import nn
 
 
 def init_weights(model: nn.Module, std: float, generator: torch.Generator) -> None:
-    """Normal(0, std) for linear and embedding weights, zero biases, unit norm gains.
+    """Set every parameter of `model` from `generator`, in module order:
 
-    Draws come from `generator` in module order, so a seed fixes the model without touching
-    torch's global RNG. A module with its own scheme defines
-    `init_parameters(std, generator)`; its children are then left to it.
+    - linear and embedding weights Normal(0, std), their biases zero, RMSNorm gains one;
+    - a module with its own scheme defines `init_parameters(std, generator)`, and its
+      children are left to it;
+    - any other module's own parameters (a convolution, a gate, a part from outside this
+      library): matrices and larger Normal(0, std), as `model.init_std` says; vectors and
+      scalars (biases, gains) keep the values their constructor gave them, which
+      `build_model` draws from the run's seed.
+
+    Draws come from `generator`, so a seed fixes the model without touching torch's global RNG.
     """
     skip: set[str] = set()
     for name, module in model.named_modules():
@@ -20,11 +26,16 @@ def init_weights(model: nn.Module, std: float, generator: torch.Generator) -> No
         if hasattr(module, "init_parameters") and module is not model:
             module.init_parameters(std, generator)
             skip.add(name)
-        elif isinstance(module, (nn.Linear, nn.Embedding)):
-            with torch.no_grad():
+            continue
+        with torch.no_grad():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
                 module.weight.normal_(0.0, std, generator=generator)
                 if getattr(module, "bias", None) is not None:
                     module.bias.zero_()
-        elif isinstance(module, nn.RMSNorm) and module.weight is not None:
-            with torch.no_grad():
-                module.weight.fill_(1.0)
+            elif isinstance(module, nn.RMSNorm):
+                if module.weight is not None:
+                    module.weight.fill_(1.0)
+            else:
+                for param in module.parameters(recurse=False):
+                    if param.dim() >= 2:
+                        param.normal_(0.0, std, generator=generator)

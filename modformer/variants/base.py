@@ -29,9 +29,11 @@ def build_model(cfg: ModelConfig, seed: int) -> Transformer:
     variant = VARIANTS[cfg.variant]
     if variant.mixer is not None:
         cfg = replace(cfg, mixer=variant.mixer)
-    # Module constructors draw default weights from the global RNG; they are overwritten
-    # below, and the caller's global RNG must not notice.
+    # Module constructors draw default values from the global RNG: seeded here, so that what
+    # `init_weights` leaves as constructed (a foreign module's bias) follows the run's seed
+    # too, and forked, so that the caller's global RNG does not notice.
     with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
         model = variant.build(cfg)
     init_weights(model, cfg.init_std, torch.Generator().manual_seed(seed))
     freeze(model, [*variant.freeze, *cfg.freeze])
