@@ -2,9 +2,11 @@
 the variants under one grid and several seeds, and report what each part contributes."""
 
 from . import model, tasks, variants  # noqa: F401  (importing registers every part)
+from .api import config, evaluate_run, load_run, sweep, train_run
 from .config import RunConfig, load_config
 from .model.hooks import capture
 from .variants import build_model
 from .version import __version__
 
-__all__ = ["RunConfig", "load_config", "build_model", "capture", "__version__"]
+__all__ = ["RunConfig", "load_config", "build_model", "capture", "config", "train_run", "evaluate_run", "load_run",
+           "sweep", "__version__"]

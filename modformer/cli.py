@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from . import api
 from . import variants as _variants  # noqa: F401  (registers the variants)
 from .analysis import add_attention_command, add_signal_command, add_usage_command
 from .bench import add_bench_command
@@ -16,14 +17,11 @@ from .config import RunConfig, load_config
 from .configtools import describe, key_lines
 from .data import named_sources
 from .errors import Interrupted, ModformerError
-from .evaluate import evaluate, load_run
 from .generate import add_generate_command
 from .knowledge.convert import convert
 from .registry import FFNS, MIXERS, TASKS, VARIANTS
 from .sweep.report import summary_sections, write_report
-from .sweep.runner import SweepRunner
-from .sweep.spec import SweepConfig, load_sweep
-from .train.trainer import Trainer
+from .sweep.spec import SweepConfig
 
 
 def _config_help() -> str:
@@ -60,29 +58,21 @@ def format_results(summary: dict) -> str:
 def cmd_train(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, args.overrides)
     out = Path(args.out) if args.out else Path("runs") / Path(args.config).stem / time.strftime("%Y%m%d-%H%M%S")
-    summary = Trainer(cfg, out, resume=args.resume).run()
+    summary = api.train_run(cfg, out, resume=args.resume)
     print(format_results(summary))
     print(f"\nrun directory: {out}")
     return 0
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    model, cfg, task, step = load_run(args.checkpoint, args.overrides)
-    result = evaluate(model, task, batch_size=cfg.train.eval_batch_size, precision=cfg.train.precision)
-    result.update(task.model_metrics(result, model.parameter_counts()))
-    summary = {"variant": cfg.model.variant, "task": cfg.task.name, "seed": cfg.train.seed, "step": step,
-               "parameters": model.parameter_counts(), "test": result}
+    summary = api.evaluate_run(args.checkpoint, *args.overrides)
     print(json.dumps(summary, indent=2) if args.json else format_results(summary))
     return 0
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    sweep = load_sweep(args.config, args.overrides)
-    if args.workers is not None:
-        sweep.spec.workers = args.workers
     out = Path(args.out) if args.out else Path("runs") / "sweeps" / Path(args.config).stem
-    SweepRunner(sweep, out).run()
-    path = write_report(out)
+    path = api.sweep(args.config, out, *args.overrides, workers=args.workers)
     print(f"\n{summary_sections(path.read_text())}\n\nsweep finished: {out}\nreport: {path}")
     return 0
 

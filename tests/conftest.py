@@ -2,9 +2,16 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+if "PYTEST_XDIST_WORKER" in os.environ:
+    # Tests run in parallel, one per core (pytest -n): one thread each, and for the
+    # processes they start, so that they do not fight over the cores.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+
+if "PYTEST_XDIST_WORKER" in os.environ:
+    torch.set_num_threads(1)
 
 from modformer.config import load_config  # noqa: E402
 

@@ -88,6 +88,27 @@ def test_bad_checkpoints(trained, tmp_path, kind):
     assert_clean_error(modformer("eval", path), message)
 
 
+class OpensAFile:
+    """Unpickling this creates a file: the side effect a hostile checkpoint would have."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def test_a_pickled_checkpoint_is_never_unpickled(tmp_path):
+    marker = tmp_path / "unpickled"
+    path = tmp_path / "ckpt.safetensors"
+    torch.save({"model": OpensAFile(marker)}, path)  # a torch.load(weights_only=False) file
+    with pytest.raises(CheckpointError, match="corrupt or not a safetensors file"):
+        read_checkpoint(path)
+    from modformer.cli import main
+    assert main(["eval", str(path)]) == 2
+    assert not marker.exists()
+
+
 def test_help_is_generated_from_the_config_fields():
     result = modformer("train", "--help")
     assert result.returncode == 0

@@ -78,12 +78,17 @@ def test_own_tokenizer_positions_read_exactly_the_teachers_states_of_their_text(
     assert tails > 0  # the student splits words the teacher keeps whole: tails are exercised
 
 
-def test_own_tokenizer_bridge_is_causal_and_the_leaky_one_is_not(tiny_teacher, tmp_path, monkeypatch):
+@pytest.mark.parametrize("pairing", [OWN, []], ids=["own tokenizer", "shared tokenizer"])
+def test_the_bridge_is_causal_and_the_leaky_one_is_not(tiny_teacher, tmp_path, monkeypatch, pairing):
     """Two texts that differ only after the prompt: with the causal bridge the student's logits
-    over the prompt are equal; the leaky bridge reads the answer's teacher states there."""
-    exp = prepared(tiny_config(tiny_teacher, *OWN), tmp_path, monkeypatch)
-    prompt = exp.data.held.items[0].prompt
-    texts = [exp.pairing.encode(prompt + answer) for answer in (" Paris", " London")]
+    over the prompt are equal; the leaky bridge reads the answer's teacher states there. With
+    either pairing of tokenizers: the text -> key mask path is each pairing's own."""
+    exp = prepared(tiny_config(tiny_teacher, *pairing), tmp_path, monkeypatch)
+    items = exp.data.held.items
+    prompt = items[0].prompt
+    endings = [items[0].completion, next(i.completion for i in items if i.completion != items[0].completion)]
+    # completions the data holds: with the shared tokenizer the student's vocabulary is the data's tokens
+    texts = [exp.pairing.encode(prompt + ending) for ending in endings]
     n = len(exp.pairing.student_ids(prompt))
     assert texts[0].student[:n] == texts[1].student[:n] and texts[0].teacher != texts[1].teacher
     for arm, same in (("teacher", True), ("leaky", False)):

@@ -79,6 +79,27 @@ def test_resume_after_a_kill_is_bit_identical(tiny_config, tmp_path):
     assert_same_run(tmp_path / "whole", tmp_path / "killed")
 
 
+def test_resume_restores_the_global_rng_of_its_checkpoint(tiny_config, tmp_path, monkeypatch):
+    """Nothing draws from the global RNG during training today; dropout or sampling would, and
+    a resumed run must then draw what the uninterrupted one drew."""
+    cfg = tiny_config("train.keep_checkpoints=10")
+    run(cfg, tmp_path / "whole")
+    as_if_killed(tmp_path / "whole", tmp_path / "killed")
+    saved = read_checkpoint(list_checkpoints(tmp_path / "killed" / "checkpoints")[-1][1]).rng["rng.torch"]
+    seen = []
+    restore = Trainer._restore
+
+    def restore_and_look(self):
+        step = restore(self)
+        seen.append(torch.get_rng_state())
+        return step
+
+    monkeypatch.setattr(Trainer, "_restore", restore_and_look)
+    torch.manual_seed(12345)  # a state the checkpoint does not hold
+    run(cfg, tmp_path / "killed", resume=True)
+    assert len(seen) == 1 and torch.equal(seen[0], saved)
+
+
 def test_existing_run_is_never_overwritten(tiny_config, tmp_path):
     cfg = tiny_config("train.steps=4")
     run(cfg, tmp_path / "r")

@@ -1,0 +1,76 @@
+"""modformer from Python: what each command does, as functions a notebook or script calls.
+
+    import modformer as mf
+
+    cfg = mf.config("configs/retrieval.yaml", "model.variant=mixit", "train.steps=100")
+    summary = mf.train_run(cfg, "runs/mixit")           # the same run as `modformer train`
+    print(summary["test"]["accuracy"])
+    model, cfg, task, step = mf.load_run("runs/mixit")  # the trained model, ready to probe
+    scores = mf.evaluate_run("runs/mixit")              # what `modformer eval` prints
+    report = mf.sweep("configs/random_attention.yaml", "runs/ra", "sweep.seeds=[0,1,2]")
+
+The command line is a thin layer over these; each returns what the command prints. (The
+training function is `train_run`, not `train`: `modformer.train` is the package of the loop.)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+from .config import RunConfig, config_from_dict, load_config
+from .errors import ConfigError
+from .evaluate import evaluate, load_run
+from .sweep.report import write_report
+from .sweep.runner import SweepRunner
+from .sweep.spec import load_sweep
+from .train.trainer import Trainer
+
+__all__ = ["config", "evaluate_run", "load_run", "sweep", "train_run"]
+
+
+def config(source: str | Path | Mapping[str, Any] | RunConfig | None = None, *overrides: str) -> RunConfig:
+    """A checked run config from a YAML file, plain data (a dict as the YAML would hold) or a
+    config already built, then `key=value` overrides, as the command line takes them."""
+    if isinstance(source, RunConfig):
+        source = source.to_dict()
+    if source is None or isinstance(source, (str, Path)):
+        return load_config(source, overrides)
+    if not isinstance(source, Mapping):
+        raise ConfigError(f"a config is a YAML path, a mapping or a RunConfig, not {type(source).__name__}")
+    from .configtools import apply_override
+
+    data = dict(source)
+    for assignment in overrides:
+        apply_override(data, assignment)
+    return config_from_dict(data)
+
+
+def train_run(cfg: RunConfig | str | Path | Mapping[str, Any], out: str | Path, *, resume: bool = False,
+              echo=None) -> dict[str, Any]:
+    """Train one run into the folder `out` (resumably, as `modformer train --out OUT
+    [--resume]`); returns its summary (validation and test metrics, parameters, speed).
+    The run records the process's command line (the script's) as the command that made it."""
+    cfg = cfg if isinstance(cfg, RunConfig) else config(cfg)
+    return Trainer(cfg, Path(out), resume=resume, echo=echo).run()
+
+
+def evaluate_run(path: str | Path, *overrides: str) -> dict[str, Any]:
+    """Score a run directory's latest checkpoint (or a checkpoint file) on its task's test
+    set, as `modformer eval`; overrides may change evaluation keys (batch size, precision)."""
+    model, cfg, task, step = load_run(path, overrides)
+    result = evaluate(model, task, batch_size=cfg.train.eval_batch_size, precision=cfg.train.precision)
+    result.update(task.model_metrics(result, model.parameter_counts()))
+    return {"variant": cfg.model.variant, "task": cfg.task.name, "seed": cfg.train.seed, "step": step,
+            "parameters": model.parameter_counts(), "test": result}
+
+
+def sweep(config_path: str | Path, out: str | Path, *overrides: str, workers: int | None = None,
+          echo=None) -> Path:
+    """Run (or continue) the sweep of a config with a `sweep` section into `out`, as
+    `modformer sweep`; returns the path of its Markdown report."""
+    spec = load_sweep(config_path, overrides)
+    if workers is not None:
+        spec.spec.workers = workers
+    SweepRunner(spec, Path(out), echo=echo).run()
+    return write_report(Path(out))
