@@ -109,9 +109,18 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(f"  {name:<20}{v.description}{frozen}")
     print("constructions (model.construction): corrected (our defaults), reference (the random-attention "
           "reference code's models and optimizer: README, 'The reference construction')")
-    print("mixers (model.mixer): " + ", ".join(MIXERS))
-    print("feed-forward modules (model.ffn): " + ", ".join(FFNS))
+    for title, registry, options in (("mixers (model.mixer)", MIXERS, "model.mixer_options"),
+                                     ("feed-forward modules (model.ffn)", FFNS, "model.ffn_options")):
+        print(f"{title}: " + ", ".join(registry))
+        for name in registry:  # parts with their own options (modformer/model/part_options.py)
+            if hasattr(registry[name], "Options"):
+                print(f"  {name}: " + "; ".join(f"{k} ({t}, default {d}): {h}"
+                                                for k, t, d, h in describe(registry[name].Options, options)))
     print("tasks (task.name): " + ", ".join(TASKS))
+    for registry in (VARIANTS, MIXERS, FFNS, TASKS):
+        if registry.installed():
+            print(f"installed by other packages ({registry.group} entry points): " + ", ".join(registry.installed()))
+    print("parts of your own: name them by import path, package.module:Class (examples/README.md)")
     print("text sources (task.source of lm and sentiment):")
     for name, about in named_sources().items():
         print(f"  {name:<20}{about}")

@@ -19,6 +19,7 @@ from .configtools import apply_override, from_dict, option, read_yaml, to_dict
 from .construction import apply_construction
 from .errors import ConfigError
 from .model.config import ModelConfig
+from .model.part_options import part_options
 from .registry import FFNS, MIXERS, TASKS, VARIANTS
 from .tasks.base import TaskConfig
 from .train.config import TrainConfig
@@ -57,7 +58,9 @@ def config_from_dict(data: dict[str, Any] | None) -> RunConfig:
         if key not in known:
             raise ConfigError(f"unknown config key '{key}' (known sections: model, task, train)")
     model = from_dict(ModelConfig, data.get("model"), "model")
-    VARIANTS[model.variant], MIXERS[model.mixer], FFNS[model.ffn]  # unknown names fail here, naming their key
+    VARIANTS[model.variant]  # unknown names fail here, naming their key; so do a part's bad options
+    part_options(MIXERS, model.mixer, model.mixer_options, "model.mixer_options")
+    part_options(FFNS, model.ffn, model.ffn_options, "model.ffn_options")
     train = from_dict(TrainConfig, data.get("train"), "train")
     task = TASKS[name](task_cfg)
     if model.vocab_size is None:

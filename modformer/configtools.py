@@ -144,7 +144,12 @@ def from_dict(cls: type, data: dict[str, Any] | None, prefix: str = "") -> Any:
         key = f"{prefix}.{unknown[0]}" if prefix else str(unknown[0])
         raise ConfigError(f"unknown config key '{key}' (known keys in {where}: {', '.join(fields)})")
     kwargs = {k: coerce(v, hints[k], f"{prefix}.{k}" if prefix else k) for k, v in data.items()}
-    return cls(**kwargs)
+    try:
+        return cls(**kwargs)
+    except ConfigError:
+        raise
+    except ValueError as e:  # a section's own check (`__post_init__`), e.g. a plugin part's options
+        raise ConfigError(f"{where}: {e}") from None
 
 
 def to_dict(obj: Any) -> Any:

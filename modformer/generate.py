@@ -3,7 +3,9 @@ and `modformer generate`, which continues a text prompt with a trained language 
 
 With the cache, the prompt is processed once and every new token costs one position's
 work; without it, every step re-reads the whole sequence. Both give the same tokens (and
-logits equal up to rounding): the cache is only a way of not repeating work.
+logits equal up to rounding): the cache is only a way of not repeating work. A model whose
+mixer takes no cache (a part from outside this library, `Transformer.supports_cache`) is
+generated from without one.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ def _generate(model: Transformer, prompt: torch.Tensor, max_new_tokens: int,
         raise ValueError(f"{prompt.shape[1]} prompt tokens + {max_new_tokens} new ones need {fed} positions, "
                          f"more than model.max_seq_len={limit}")
     tokens, steps = prompt, []
+    use_cache = use_cache and model.supports_cache()  # a mixer without a cache: the same tokens, more work
     cache = model.new_cache() if use_cache else None
     with evaluating(model):
         feed = prompt

@@ -47,3 +47,24 @@ def test_a_foreign_modules_parameters_follow_the_seed_and_init_std():
     assert abs(weights.mean().item()) < 0.002
     # The bias keeps its constructor's distribution (uniform within 1/sqrt(kernel)), drawn from the seed.
     assert a["blocks.0.mixer.conv.bias"].abs().max() <= 0.5 and a["blocks.0.mixer.conv.bias"].std() > 0.1
+
+
+def test_every_part_file_is_registered_by_importing_modformer():
+    """A new part is one file: every module of the part packages is imported (and so its
+    registrations run) by `import modformer`, in a fresh interpreter."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import modformer
+
+    root = Path(modformer.__file__).parent
+    files = sorted(f"modformer.{d}.{p.stem}" for d in ("model", "variants", "tasks") for p in (root / d).glob("*.py")
+                   if p.stem != "__init__")
+    code = "import sys, modformer; print('\\n'.join(sorted(m for m in sys.modules if m.startswith('modformer.'))))"
+    loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split())
+    assert [f for f in files if f not in loaded] == []
+    # and each registry lists what those files register
+    from modformer.registry import FFNS, MIXERS, TASKS, VARIANTS
+    assert {"attention", "mixing"} <= set(MIXERS) and {"swiglu", "shaped_leaky_glu"} <= set(FFNS)
+    assert {"standard", "frozen_qk", "mixit"} <= set(VARIANTS) and {"condattend", "repeat"} <= set(TASKS)

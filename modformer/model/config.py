@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ..configtools import option
 from ..errors import ConfigError
@@ -47,8 +48,16 @@ class ModelConfig:
                      "reference code's construction (princeton-pli/MixiT) for the chosen variant and its optimizer "
                      "settings, filled in for every key not set explicitly (README, 'The reference construction')")
     variant: str = option("standard", "registered variant: a builder plus a freeze specification (`modformer list`)")
-    mixer: str = option("attention", "sequence mixer of every block, by registered name")
-    ffn: str = option("swiglu", "feed-forward module of every block, by registered name")
+    mixer: str = option("attention", "sequence mixer of every block: a registered name, an import path "
+                                     "package.module:Class, or an entry point (`modformer list`)")
+    mixer_options: dict[str, Any] = option(
+        default_factory=dict, help="the mixer's own options, for a part that declares them (a dataclass `Options` "
+                                   "beside it: modformer/model/part_options.py); ours keep theirs in model.attention "
+                                   "and model.mixing")
+    ffn: str = option("swiglu", "feed-forward module of every block: a registered name, an import path "
+                                "package.module:Class, or an entry point")
+    ffn_options: dict[str, Any] = option(default_factory=dict,
+                                         help="the feed-forward module's own options (as model.mixer_options)")
     vocab_size: int | None = option(None, "vocabulary size; null takes the task's")
     d_model: int = option(128, "residual stream width")
     n_layers: int = option(2, "number of blocks")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Callable
 
 import torch
@@ -76,6 +77,11 @@ class Transformer(nn.Module):
 
     def new_cache(self) -> KVCache:
         return KVCache(len(self.blocks))
+
+    def supports_cache(self) -> bool:
+        """Whether every block's mixer takes a key-value cache (`forward(x, cache)`): ours do;
+        a part from elsewhere may not, and generation then recomputes the whole sequence."""
+        return all("cache" in inspect.signature(block.mixer.forward).parameters for block in self.blocks)
 
     def parameter_counts(self) -> dict[str, int]:
         """{"total": all parameters, "trainable": those with requires_grad}."""

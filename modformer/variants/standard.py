@@ -8,20 +8,22 @@ from torch import nn
 
 from ..model.block import Block
 from ..model.config import ModelConfig
+from ..model.part_options import make_part
 from ..model.scaled_linear import projection
 from ..model.transformer import Transformer
 from ..registry import FFNS, MIXERS, VARIANTS
 from .base import Variant
 
 
-def build_decoder(cfg: ModelConfig, *, ffn: str | Callable[[ModelConfig], nn.Module] | None = None) -> Transformer:
-    """Blocks of the configured mixer and the given (default: configured) feed-forward
-    module, pre-norm RMSNorm. `ffn` is a registered name or a factory called once per block."""
-    mixer_factory = MIXERS[cfg.mixer]
-    ffn_factory = ffn if callable(ffn) else FFNS[ffn or cfg.ffn]
+def build_decoder(cfg: ModelConfig, *, ffn: Callable[[ModelConfig], nn.Module] | None = None) -> Transformer:
+    """Blocks of the configured mixer and feed-forward module (or the feed-forward modules
+    `ffn` makes, called once per block), pre-norm RMSNorm."""
+    def make_ffn() -> nn.Module:
+        return ffn(cfg) if ffn is not None else make_part(FFNS, cfg.ffn, cfg.ffn_options, "model.ffn_options", cfg)
+
     blocks = [
-        Block(cfg.d_model, mixer_factory(cfg), ffn_factory(cfg), norm_eps=cfg.norm_eps,
-              residual_scale=cfg.residual_scale, skip_scale=cfg.skip_scale)
+        Block(cfg.d_model, make_part(MIXERS, cfg.mixer, cfg.mixer_options, "model.mixer_options", cfg), make_ffn(),
+              norm_eps=cfg.norm_eps, residual_scale=cfg.residual_scale, skip_scale=cfg.skip_scale)
         for _ in range(cfg.n_layers)
     ]
     return Transformer(
