@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Sequence
@@ -13,16 +12,11 @@ from torch import nn
 from .config import RunConfig, config_from_dict
 from .configtools import apply_override
 from .errors import ModformerError
+from .precision import autocast
 from .registry import TASKS
 from .tasks.base import Batch, Task
 from .train.checkpoint import list_checkpoints, load_model_state, read_checkpoint
 from .variants import build_model
-
-
-def autocast(device: torch.device, precision: str):
-    if precision == "bf16":
-        return torch.autocast(device.type, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
 
 
 @torch.no_grad()

@@ -106,3 +106,19 @@ def test_compiled_training_matches_uncompiled(tiny_config, tmp_path):
     assert len(losses[0]) == 6
     torch.testing.assert_close(torch.tensor(losses[1]), torch.tensor(losses[0]), rtol=1e-4, atol=1e-5)
     assert final_state(tmp_path / "plain").model.keys() == final_state(tmp_path / "compiled").model.keys()
+
+
+def test_auto_precision_follows_the_hardware(tiny_config, tmp_path, monkeypatch):
+    """`auto` is bf16 only where the device computes it natively (a bf16 autocast emulated on
+    an AVX2 CPU was measured 6x slower than float32), and the run records what it chose."""
+    import modformer.precision as precision
+    from modformer.train.trainer import Trainer
+
+    cpu = torch.device("cpu")
+    assert precision.resolve_precision("fp32", cpu) == "fp32" and precision.resolve_precision("bf16", cpu) == "bf16"
+    for native, chosen in ((True, "bf16"), (False, "fp32")):
+        monkeypatch.setattr(precision, "native_bf16", lambda device, native=native: native)
+        assert precision.resolve_precision("auto", cpu) == chosen
+        assert isinstance(precision.autocast(cpu, "auto"), torch.autocast) == native
+    summary = Trainer(tiny_config("train.precision=auto", "train.steps=2"), tmp_path / "run", echo=lambda m: None).run()
+    assert summary["precision"] == "fp32"  # native_bf16 says False (patched above)

@@ -30,8 +30,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..construction import reference_model_config
-from ..evaluate import autocast
 from ..model.config import ModelConfig
+from ..precision import autocast
 from ..train.config import TrainConfig
 from ..train.optim import build_optimizer
 from ..variants import build_model

@@ -28,11 +28,10 @@ from torch import nn
 
 from ..analysis.common import evaluating
 from ..errors import ModformerError, TrainingDiverged
-from ..evaluate import autocast
 from ..model.config import ModelConfig
+from ..precision import autocast
 from ..tasks.base import IGNORE
-from ..train.checkpoint import (load_model_state, load_optimizer_tensors, read_checkpoint, restore_rng,
-                                save_checkpoint)
+from ..train.checkpoint import load_model_state, load_optimizer_tensors, read_checkpoint, restore_rng, save_checkpoint
 from ..train.config import TrainConfig
 from ..train.optim import learning_rate
 from ..variants import build_model

@@ -30,6 +30,7 @@ from ..configtools import from_dict, to_dict
 from ..data.tokenizer import TextTokenizer, load_tokenizer, train_bpe
 from ..errors import ModformerError
 from ..files import atomic_write_folder, atomic_write_text
+from ..precision import autocast, resolve_precision
 from ..train.checkpoint import read_checkpoint
 from ..train.records import MetricsLog
 from .arm_run import TeacherParts, build_student, run_arm
@@ -192,7 +193,7 @@ class ModulesExperiment:
         folders = {layer: cache_root() / "teacher-states" / fingerprint(cfg.teacher.name, layer,
                                                                         cfg.teacher.cache_dtype, rows, keep)
                    for layer in layers}
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.teacher.precision == "bf16"):
+        with autocast(torch.device("cpu"), cfg.teacher.precision):
             started = time.perf_counter()
             caches = TeacherStateCache.build_layers(Teacher(model), cfg.teacher.name, rows, folders,
                                                     dtype=cfg.teacher.cache_dtype, batch_size=cfg.teacher.batch_size,
@@ -214,7 +215,8 @@ class ModulesExperiment:
         return TeacherParts(model=model, layers=layers, final_layer=final,
                             embeddings=model.get_input_embeddings().weight.detach(),
                             head=model.get_output_embeddings().weight.detach().float(), width=model.config.hidden_size,
-                            precision=cfg.teacher.precision, round_bf16=cfg.teacher.cache_dtype == "bf16",
+                            precision=resolve_precision(cfg.teacher.precision, torch.device("cpu")),
+                            round_bf16=cfg.teacher.cache_dtype == "bf16",
                             mean=torch.stack(mean), std=torch.stack(std))
 
     def run(self) -> list[dict[str, Any]]:
@@ -235,7 +237,9 @@ class ModulesExperiment:
                 log.keep(lambda r: r["step"] <= resumed)  # what a stopped run logged after its last save is redone
                 self.echo(f"{arm_name} seed {seed}: training" + (f" from step {resumed}" if resumed else ""))
                 result = {"arm": arm_name, **run_arm(self.cfg, ARMS[arm_name], seed, self.data, self.teacher,
-                                                     self.pairing, self.extract, log.append, EVAL_ITEMS, checkpoint)}
+                                                     self.pairing, self.extract, log.append, EVAL_ITEMS, checkpoint),
+                          "precision": {part: resolve_precision(section.precision, torch.device("cpu"))
+                                        for part, section in (("teacher", self.cfg.teacher), ("train", self.cfg.train))}}
                 atomic_write_text(folder / "summary.json", json.dumps(result, indent=1) + "\n")
                 checkpoint.unlink(missing_ok=True)  # the run is done: its summary and metrics are what is kept
                 self.echo(f"{arm_name} seed {seed}: held-out exact match {result['held_out_exact']:.3f}, training "

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..analysis.common import evaluating
-from ..evaluate import autocast
+from ..precision import autocast
 from .dataset import Rows
 from .pairing import Encoded, as_tensor, gather_keys, key_mask
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from ..configtools import option
 from ..errors import ConfigError
+from ..precision import PRECISIONS
 
 
 @dataclass
@@ -19,7 +20,9 @@ class TrainConfig:
     weight_decay: float = option(0.1, "AdamW decoupled weight decay on matrices (never on norms or biases)")
     betas: tuple[float, float] = option((0.9, 0.95), "AdamW betas")
     grad_clip: float = option(1.0, "clip the global gradient norm to this; 0 disables")
-    precision: str = option("fp32", "fp32, or bf16 (autocast of matmuls; weights stay fp32)")
+    precision: str = option("fp32", "fp32; bf16 (autocast of matmuls; weights stay fp32); or auto: bf16 where the "
+                                    "device computes it natively, else fp32 (modformer/precision.py; summary.json "
+                                    "records the choice)")
     device: str = option("cpu", "cpu, cuda, or auto (cuda when available)")
     threads: int | None = option(None, "CPU threads for torch; null leaves torch's default")
     eval_every: int = option(100, "evaluate on the held-out set every this many steps (and at the end)")
@@ -56,8 +59,8 @@ class TrainConfig:
             raise ConfigError(f"train.min_lr_ratio must lie in [0, 1], got {self.min_lr_ratio}")
         if not all(0 <= b < 1 for b in self.betas):
             raise ConfigError(f"train.betas must lie in [0, 1), got {list(self.betas)}")
-        if self.precision not in ("fp32", "bf16"):
-            raise ConfigError(f"train.precision must be fp32 or bf16, got '{self.precision}'")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"train.precision must be one of {', '.join(PRECISIONS)}, got '{self.precision}'")
         if self.device not in ("cpu", "cuda", "auto") and not self.device.startswith("cuda:"):
             raise ConfigError(f"train.device must be cpu, cuda, cuda:N or auto, got '{self.device}'")
         if self.threads is not None and self.threads < 1:

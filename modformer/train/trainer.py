@@ -26,8 +26,9 @@ from ..analysis.induction import induction_scores, plot_induction_scores
 from ..config import RunConfig, config_from_dict
 from ..construction import budget, construction_label
 from ..errors import CheckpointError, ConfigError, Interrupted, ModformerError, TrainingDiverged
-from ..evaluate import autocast, checkpoint_file, evaluate
+from ..evaluate import checkpoint_file, evaluate
 from ..files import atomic_write_text, remove_stale_temporaries
+from ..precision import autocast, resolve_precision
 from ..registry import TASKS
 from ..tasks.base import IGNORE
 from ..variants import build_model
@@ -362,6 +363,7 @@ class Trainer:
             "code_version": code_version(),
             "construction": construction_label(cfg.to_dict()),
             "budget": budget(cfg.to_dict()),
+            "precision": resolve_precision(tc.precision, self.device),  # what `auto` chose here
         }
         if self.world.main:
             atomic_write_text(self.run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
