@@ -10,7 +10,8 @@ from pathlib import Path
 
 from . import api
 from . import variants as _variants  # noqa: F401  (registers the variants)
-from .analysis import add_attention_command, add_signal_command, add_usage_command
+from .analysis import add_signal_command
+from .analysis_commands import add_attention_command, add_usage_command
 from .bench import add_bench_command
 from .bridge.command import add_modules_command
 from .config import RunConfig, load_config

@@ -1,5 +1,5 @@
 """Writing files so that a reader never sees half of one: atomic files and folders, output
-folders, and the temporary files a killed writer leaves behind.
+folders, the cache folder, and the temporary files a killed writer leaves behind.
 
 The ground floor: every layer writes through these, and this module imports nothing of
 modformer's but its errors.
@@ -83,6 +83,12 @@ def atomic_write_folders(paths: list[Path], write) -> None:
     finally:
         for tmp in tmps:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def cache_root() -> Path:
+    """Where prepared data, tokenizers and teacher states are cached: $MODFORMER_CACHE, or
+    ~/.cache/modformer."""
+    return Path(os.environ.get("MODFORMER_CACHE", Path.home() / ".cache" / "modformer"))
 
 
 def _alive(pid: int) -> bool:

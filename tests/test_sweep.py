@@ -7,7 +7,7 @@ from modformer.errors import ConfigError, ModformerError
 from modformer.sweep.report import write_report
 from modformer.sweep.runner import SweepRunner, read_results
 from modformer.sweep.spec import load_sweep
-from modformer.sweep.stats import summarize
+from modformer.stats import summarize
 
 SWEEP = {
     "model": {"d_model": 32, "n_layers": 1, "n_heads": 2},

@@ -4,11 +4,11 @@ Everything reads model internals through `capture` hook points, so it works for 
 that exposes them (softmax attention, MixiT's fixed mixing).
 """
 
-from .induction import add_attention_command, attention_patterns, induction_scores, plot_attention_maps, plot_induction_scores
-from .knowledge_usage import add_usage_command, entry_usage
+from .induction import attention_patterns, induction_scores, plot_attention_maps, plot_induction_scores
+from .knowledge_usage import entry_usage
 from .signal import add_signal_command, markdown_tables, signal_propagation, token_similarity, write_reports
 
 __all__ = [
-    "add_attention_command", "add_signal_command", "add_usage_command", "attention_patterns", "entry_usage", "induction_scores", "markdown_tables", "plot_attention_maps",
+    "add_signal_command", "attention_patterns", "entry_usage", "induction_scores", "markdown_tables", "plot_attention_maps",
     "plot_induction_scores", "signal_propagation", "token_similarity", "write_reports",
 ]

@@ -15,7 +15,6 @@ writes usage.md (tables), usage.json and usage.png.
 
 from __future__ import annotations
 
-import argparse
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -140,31 +139,3 @@ def write_usage(usage: Usage, out: Path) -> Path:
     atomic_write_text(out / "usage.md", markdown(usage) + "\n![usage](usage.png)\n")
     plot(usage, out / "usage.png")
     return out / "usage.md"
-
-
-def _run_command(args: argparse.Namespace) -> int:
-    from ..evaluate import beside, load_run
-
-    if args.examples < 1 or args.top < 1:
-        raise ModformerError("--examples and --top must be positive")
-    model, _, task, _ = load_run(args.source)
-    usage = entry_usage(model, task.validation_set().inputs[:args.examples], top_k=args.top)
-    out = Path(args.out) if args.out else beside(args.source, "usage")
-    path = write_usage(usage, out)
-    print(markdown(usage) + f"\nwritten: {path}, {out / 'usage.png'}, {out / 'usage.json'}")
-    return 0
-
-
-def add_usage_command(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Add `modformer usage` to the CLI's subparsers; its handler is set as `func`."""
-    p = subparsers.add_parser(
-        "usage", help="which knowledge entries each layer of a knowledge model reads",
-        description="Run a knowledge-variant checkpoint on its task's validation inputs and report, per layer, the "
-                    "fraction of entries active per token, the entries carrying most of the score mass, the overlap "
-                    "of the layers' top entries, and the entries most used per token (usage.md, usage.json, usage.png).")
-    p.add_argument("source", help="a run directory (its latest checkpoint) or a checkpoint file")
-    p.add_argument("--out", help="output directory (default: SOURCE/usage, or beside a checkpoint file)")
-    p.add_argument("--examples", type=int, default=512, help="validation sequences to read (default: 512)")
-    p.add_argument("--top", type=int, default=5, help="top entries reported per layer and token (default: 5)")
-    p.set_defaults(func=_run_command)
-    return p

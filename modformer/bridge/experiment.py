@@ -29,7 +29,7 @@ import yaml
 from ..configtools import from_dict, to_dict
 from ..data.tokenizer import TextTokenizer, load_tokenizer, train_bpe
 from ..errors import ModformerError
-from ..files import atomic_write_folder, atomic_write_text
+from ..files import atomic_write_folder, atomic_write_text, cache_root
 from ..precision import autocast, resolve_precision
 from ..train.checkpoint import read_checkpoint
 from ..train.records import MetricsLog
@@ -40,7 +40,7 @@ from .dataset import ModulesData, Vocabulary, encode_corpus, encode_items
 from .facts import all_facts, known_facts
 from .hf_student import load_student_tokenizer
 from .modules_config import ModulesConfig
-from .packaged import cache_root, load_teacher
+from .packaged import load_teacher
 from .pairing import SharedTokenizer, TwoTokenizers
 from .teacher import Teacher
 from .texts import EXTRACT, arithmetic_items, fact_items, load_corpus, split_items

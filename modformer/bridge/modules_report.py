@@ -13,7 +13,7 @@ import yaml
 from ..configtools import from_dict
 from ..figures import plt, save_figure
 from ..files import atomic_write_text
-from ..sweep.stats import summarize
+from ..stats import summarize
 from ..train.records import read_records
 from .arms import ARMS
 from .modules_config import ModulesConfig

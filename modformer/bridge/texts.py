@@ -89,7 +89,8 @@ def load_corpus(source: str, rows: int, seed: int, column: str = "text") -> list
     (`modformer list` names them; a local .txt file gives one text per line; table-like
     files and hub datasets are read from `column`), or of the Rotten Tomatoes sentences for
     "movie-reviews"."""
-    from ..data.sources import Columns, open_source
+    from ..data.open import open_source
+    from ..data.sources import Columns
 
     spec = "rotten_tomatoes" if source == "movie-reviews" else source
     try:

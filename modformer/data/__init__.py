@@ -3,7 +3,8 @@
 prepared once and cached by fingerprint. The `lm` and `sentiment` tasks read them."""
 
 from .corpus import Corpus, CorpusSpec, split_documents
-from .sources import Columns, Document, named_sources, open_source
+from .open import named_sources, open_source
+from .sources import Columns, Document
 from .store import TokenSplit, TokenStore
 from .tokenizer import TextTokenizer, load_tokenizer, train_bpe
 

@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from ..bridge.packaged import cache_root
 from ..errors import ModformerError
-from ..files import atomic_write_folder
-from .sources import Columns, Document, digest, open_source
+from ..files import atomic_write_folder, cache_root
+from .open import open_source
+from .sources import Columns, Document, digest
 from .store import SPLITS, TokenSplit, TokenStore, build_store
 from .tokenizer import TextTokenizer, load_tokenizer, train_bpe
 

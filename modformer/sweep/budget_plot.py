@@ -10,7 +10,7 @@ from typing import Any
 from ..construction import REFERENCE_SEQUENCES, REFERENCE_WIDTH, budget
 from ..figures import plt, save_figure
 from .runner import run_config
-from .stats import summarize
+from ..stats import summarize
 
 BUDGET_KEYS = ("train.steps", "train.batch_size")
 WIDTH_KEY = "model.d_model"

@@ -23,7 +23,7 @@ from ..files import atomic_write_text
 from ..train.records import read_records
 from .budget_plot import plot_budget
 from .runner import read_results, run_config
-from .stats import summarize
+from ..stats import summarize
 
 
 def _load(sweep_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:

@@ -1,0 +1,78 @@
+"""The commands that read a trained run and analyse it: `modformer attention` (every layer's
+and head's attention map for one sequence) and `modformer usage` (which knowledge entries
+each layer reads). The analyses are in `modformer.analysis`; this is their command line,
+above the loading of runs (`evaluate.load_run`)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+
+from .analysis.common import model_max_seq_len, random_tokens
+from .analysis.induction import plot_attention_maps
+from .analysis.knowledge_usage import entry_usage, markdown, write_usage
+from .errors import ModformerError
+from .evaluate import beside, load_run
+
+
+def _attention_command(args: argparse.Namespace) -> int:
+    if args.repeated is not None and args.repeated < 1:
+        raise ModformerError(f"--repeated must be positive, got {args.repeated}")
+    model, cfg, task, step = load_run(args.source)
+    if args.repeated:  # the induction probe: random tokens, then the same tokens again
+        half = min(args.repeated, (model_max_seq_len(model) or 2 * args.repeated) // 2)
+        first = random_tokens(1, half, cfg.model.vocab_size, torch.Generator().manual_seed(0))[0]
+        tokens, what = torch.cat([first, first]), f"{half} random tokens repeated"
+    else:
+        inputs = task.validation_set().inputs
+        if not 0 <= args.example < len(inputs):
+            raise ModformerError(f"--example must be in 0..{len(inputs) - 1}, got {args.example}")
+        tokens, what = inputs[args.example], f"validation example {args.example}"
+    out = Path(args.out) if args.out else beside(args.source, "attention.png")
+    path = plot_attention_maps(model, tokens, out,
+                               title=f"{cfg.model.variant} on {cfg.task.name}, step {step}: {what}")
+    print(f"attention maps: {path}")
+    return 0
+
+
+def add_attention_command(subparsers) -> None:
+    """Add `modformer attention` to the CLI's subparsers."""
+    p = subparsers.add_parser(
+        "attention", help="plot every layer's and head's attention map for one sequence",
+        description="Plot a grid (rows: layers, columns: heads) of a trained model's attention patterns (or MixiT's "
+                    "mixing matrices) on one validation example of its task, or on random tokens repeated twice "
+                    "(the induction-head probe).")
+    p.add_argument("source", help="a run directory (its latest checkpoint) or a checkpoint file")
+    p.add_argument("--example", type=int, default=0, help="index of the validation example (default: 0)")
+    p.add_argument("--repeated", type=int, metavar="N",
+                   help="instead, N random tokens followed by the same N tokens")
+    p.add_argument("--out", help="PNG to write (default: SOURCE/attention.png)")
+    p.set_defaults(func=_attention_command)
+
+
+def _usage_command(args: argparse.Namespace) -> int:
+    if args.examples < 1 or args.top < 1:
+        raise ModformerError("--examples and --top must be positive")
+    model, _, task, _ = load_run(args.source)
+    usage = entry_usage(model, task.validation_set().inputs[:args.examples], top_k=args.top)
+    out = Path(args.out) if args.out else beside(args.source, "usage")
+    path = write_usage(usage, out)
+    print(markdown(usage) + f"\nwritten: {path}, {out / 'usage.png'}, {out / 'usage.json'}")
+    return 0
+
+
+def add_usage_command(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add `modformer usage` to the CLI's subparsers; its handler is set as `func`."""
+    p = subparsers.add_parser(
+        "usage", help="which knowledge entries each layer of a knowledge model reads",
+        description="Run a knowledge-variant checkpoint on its task's validation inputs and report, per layer, the "
+                    "fraction of entries active per token, the entries carrying most of the score mass, the overlap "
+                    "of the layers' top entries, and the entries most used per token (usage.md, usage.json, usage.png).")
+    p.add_argument("source", help="a run directory (its latest checkpoint) or a checkpoint file")
+    p.add_argument("--out", help="output directory (default: SOURCE/usage, or beside a checkpoint file)")
+    p.add_argument("--examples", type=int, default=512, help="validation sequences to read (default: 512)")
+    p.add_argument("--top", type=int, default=5, help="top entries reported per layer and token (default: 5)")
+    p.set_defaults(func=_usage_command)
+    return p

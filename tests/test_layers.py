@@ -1,0 +1,38 @@
+"""The import structure stays as pyproject.toml's contract draws it: lower layers never import
+higher ones, and no modules import each other (directly or round a longer cycle)."""
+
+from pathlib import Path
+
+import grimp
+from importlinter.cli import lint_imports
+
+ROOT = Path(__file__).parent.parent
+
+
+def test_the_layer_contract_is_kept(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    assert lint_imports(config_filename=str(ROOT / "pyproject.toml")) == 0
+
+
+def test_no_import_cycles():
+    graph = grimp.build_graph("modformer", exclude_type_checking_imports=True)
+    modules = sorted(graph.modules)
+    edges = {m: {i for i in graph.find_modules_directly_imported_by(m) if i.startswith("modformer")} for m in modules}
+    # A package's __init__ gathers its modules: an edge into a package from inside it is not a cycle.
+    for m in modules:
+        edges[m] = {i for i in edges[m] if not m.startswith(i + ".")}
+    cycles, state = [], {}
+
+    def visit(m, path):
+        state[m] = "open"
+        for i in sorted(edges.get(m, ())):
+            if state.get(i) == "open":
+                cycles.append(path[path.index(i):] + [i])
+            elif i not in state:
+                visit(i, path + [i])
+        state[m] = "done"
+
+    for m in modules:
+        if m not in state:
+            visit(m, [m])
+    assert cycles == []
