@@ -13,7 +13,7 @@ TINY = ["model.d_model=64", "task.n_pairs=2", "task.test_size=200", "task.valida
         "train.steps=200", "train.batch_size=64", "train.eval_every=60", "train.progress=false"]
 
 
-def main(out: Path) -> dict:
+def main(out: Path, seeds: tuple[int, ...] = (0, 1, 2)) -> dict:
     results = {}
     for variant in ("standard", "mixit"):
         cfg = mf.config("configs/retrieval.yaml", f"model.variant={variant}", *TINY)
@@ -29,9 +29,9 @@ def main(out: Path) -> dict:
         model(tokens)
     print("layer 0 attention weights:", tuple(acts["blocks.0.mixer.pattern"].shape))  # (4, heads, T, T)
 
-    # A sweep: both variants, 3 seeds each, 2 runs at a time, one report (Markdown and plots).
+    # A sweep: both variants, each with every seed, 2 runs at a time, one report (Markdown and plots).
     report = mf.sweep("configs/retrieval.yaml", out / "sweep", *TINY, "sweep.variants=[standard, mixit]",
-                      "train.steps=40", "sweep.workers=2", echo=lambda message: None)
+                      f"sweep.seeds={list(seeds)}", "train.steps=40", "sweep.workers=2", echo=lambda message: None)
     print("sweep report:", report)
     return results
 
