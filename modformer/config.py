@@ -38,13 +38,39 @@ class RunConfig:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
 
-def config_from_dict(data: dict[str, Any] | None) -> RunConfig:
-    """Strictly build a `RunConfig` from plain data; `model.construction: reference` fills in
-    the reference's values (`construction.py`), and the model's vocabulary and sequence
-    length, when null, are resolved from the task."""
+def _variant_mixer(data: dict[str, Any], saved: bool) -> None:
+    """A variant that is about one mixer (MixiT: `mixing`; Frozen-QK: `attention`, whose Q and
+    K it freezes) fills it in for `model.mixer`; another mixer there is an error naming both
+    keys, not a model silently built otherwise. A `saved` config (a run's own record) written
+    before variants filled in their mixer recorded the default, `attention`, for MixiT: read
+    as what was built."""
+    model = data.get("model")
+    if model is None:
+        return
+    name = model.get("variant", "standard") if isinstance(model, dict) else None
+    if not isinstance(name, str):
+        return  # the strict loader refuses it, naming its key
+    required = VARIANTS[name].mixer
+    if required is None:
+        return
+    given = model.get("mixer")
+    if given is None or (saved and given == "attention"):
+        model["mixer"] = required
+    elif given != required:
+        raise ConfigError(f"model.mixer={given} conflicts with model.variant={name}, which is built with the "
+                          f"'{required}' mixer: drop model.mixer, or choose a variant that takes any mixer "
+                          f"({', '.join(v for v in VARIANTS if VARIANTS[v].mixer is None)})")
+
+
+def config_from_dict(data: dict[str, Any] | None, *, saved: bool = False) -> RunConfig:
+    """Strictly build a `RunConfig` from plain data; the variant's own mixer is filled in
+    (`_variant_mixer`), `model.construction: reference` fills in the reference's values
+    (`construction.py`), and the model's vocabulary and sequence length, when null, are
+    resolved from the task. `saved`: the data is a run's own record (see `_variant_mixer`)."""
     data = copy.deepcopy(data) if data else {}
     if not isinstance(data, dict):
         raise ConfigError(f"a config must be a mapping with sections model, task, train; got {type(data).__name__}")
+    _variant_mixer(data, saved)
     apply_construction(data)
     task_data = data.pop("task", None) or {}
     if not isinstance(task_data, dict):

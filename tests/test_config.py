@@ -119,3 +119,19 @@ def test_a_sweep_needs_a_sweep_section(tmp_path, capsys):
     # Sweep keys given on the command line make one.
     from modformer.sweep.spec import load_sweep
     assert load_sweep(path, ["sweep.variants=[standard, mixit]"]).spec.variants == ["standard", "mixit"]
+
+
+def test_a_variant_built_with_one_mixer_refuses_another_and_fills_it_in():
+    from modformer.config import config_from_dict
+
+    assert load_config(None, ["model.variant=mixit"]).model.mixer == "mixing"  # the saved config says what was built
+    assert load_config(None, ["model.variant=frozen_qk"]).model.mixer == "attention"
+    assert load_config(None, ["model.variant=standard", "model.mixer=mixing"]).model.mixer == "mixing"  # any mixer
+    for variant, mixer in (("mixit", "attention"), ("frozen_qk", "mixing")):
+        with pytest.raises(ConfigError, match=f"model.mixer={mixer} conflicts with model.variant={variant}"):
+            load_config(None, [f"model.variant={variant}", f"model.mixer={mixer}"])
+    # A run's own record from before variants filled in their mixer holds the default, attention.
+    old = {"model": {"variant": "mixit", "mixer": "attention"}}
+    assert config_from_dict(old, saved=True).model.mixer == "mixing"
+    with pytest.raises(ConfigError, match="conflicts"):
+        config_from_dict(old)

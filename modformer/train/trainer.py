@@ -134,7 +134,7 @@ class Trainer:
 
     def _check_same_config(self, saved: Path) -> None:
         try:
-            old = config_from_dict(yaml.safe_load(saved.read_text()))
+            old = config_from_dict(yaml.safe_load(saved.read_text()), saved=True)
         except (ConfigError, yaml.YAMLError) as e:
             raise ModformerError(f"cannot resume: the saved {saved} is unreadable ({e})") from None
         before, after = _flatten(old.to_dict()), _flatten(self.cfg.to_dict())

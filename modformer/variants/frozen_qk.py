@@ -6,6 +6,6 @@ from .standard import build_decoder
 
 VARIANTS.register("frozen_qk")(Variant(
     build_decoder,
-    freeze=("blocks.*.mixer.q_proj.*", "blocks.*.mixer.k_proj.*"),
+    freeze=("blocks.*.mixer.q_proj.*", "blocks.*.mixer.k_proj.*"), mixer="attention",
     description="Q and K projections (weights and biases) fixed at init",
 ))
