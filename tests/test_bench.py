@@ -126,4 +126,5 @@ def test_teacher_cache_command(tmp_path):
     rows = json.loads((tmp_path / "teacher_cache.json").read_text())
     assert [(r["epoch"], r["no_cache_calls"], r["cache_calls"]) for r in rows] == [(1, 2, 2), (2, 2, 0)]
     assert all(r["ratio"] > 0 for r in rows) and "| 2 | 2 |" in result.stdout
+    assert "tokens/s in float32" in result.stdout and "`precision: auto` runs" in result.stdout
     assert_clean_error(modformer("bench", "teacher-cache", "--rows", "0"), "sizes must be positive")

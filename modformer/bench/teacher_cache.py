@@ -28,6 +28,7 @@ import torch
 from ..bridge.cache import TeacherStateCache
 from ..bridge.teacher import Teacher
 from ..model.config import ModelConfig
+from ..precision import autocast, native_bf16, resolve_precision
 from ..variants import build_model
 
 
@@ -74,6 +75,13 @@ def teacher_cache_epochs(*, d_model: int = 256, n_layers: int = 4, n_heads: int 
         fn()
         return calls[0], time.perf_counter() - start
 
+    # The teacher's own speed in each precision, as `teacher.precision` would run it: bf16
+    # autocast pays only where the CPU computes bf16 natively (`auto` picks it there).
+    tokens = int(lengths.sum())
+    speed = {}
+    for precision in ("fp32", "bf16"):
+        with autocast(torch.device("cpu"), precision):
+            speed[precision] = tokens / timed(no_cache)[1]
     out = []
     with tempfile.TemporaryDirectory(prefix="modformer-teacher-cache-") as tmp:
         folder = Path(tmp) / "cache"
@@ -87,8 +95,9 @@ def teacher_cache_epochs(*, d_model: int = 256, n_layers: int = 4, n_heads: int 
             out.append(EpochRow(epoch, *timed(no_cache), *timed(with_cache)))
         size = (folder / "states.npy").stat().st_size
     facts = {"teacher": "transformers LlamaForCausalLM" if hf else "modformer standard", "d_model": d_model,
-             "n_layers": n_layers, "rows": rows, "tokens": int(lengths.sum()), "batches": len(batches),
-             "dtype": dtype, "cache_bytes": size}
+             "n_layers": n_layers, "rows": rows, "tokens": tokens, "batches": len(batches),
+             "dtype": dtype, "cache_bytes": size, "forward_tokens_per_s": speed,
+             "native_bf16": native_bf16(torch.device("cpu")), "auto": resolve_precision("auto", torch.device("cpu"))}
     return out, facts
 
 
@@ -97,6 +106,11 @@ def markdown(rows: list[EpochRow], facts: dict, threads: int) -> str:
              f"d={facts['d_model']}, L={facts['n_layers']}, read at its last layer; {facts['rows']} rows, "
              f"{facts['tokens']:,} tokens, {facts['batches']} batches per epoch; cache {facts['dtype']}, "
              f"{facts['cache_bytes'] / 2 ** 20:,.2f} MiB on disk. Each epoch runs both ways in turn.", "",
+             f"The teacher's forward pass over the rows, no cache: {facts['forward_tokens_per_s']['fp32']:,.0f} tokens/s "
+             f"in float32, {facts['forward_tokens_per_s']['bf16']:,.0f} in bf16 autocast (bf16 / float32 = "
+             f"{facts['forward_tokens_per_s']['bf16'] / facts['forward_tokens_per_s']['fp32']:.2f}); this CPU "
+             f"{'computes' if facts['native_bf16'] else 'does not compute'} bf16 natively, so `precision: auto` "
+             f"runs {facts['auto']} here.", "",
              "| epoch | teacher forwards, no cache | seconds | teacher forwards, cache | seconds | cache / no cache |",
              "|---|---|---|---|---|---|"]
     lines += [f"| {r.epoch} | {r.no_cache_calls} | {r.no_cache_s:.3f} | {r.cache_calls} | {r.cache_s:.3f} | "
