@@ -26,7 +26,7 @@ class TeacherSection:
                             "block i, -1 after the final norm (bridge.teacher_layers: a layer per bridge)")
     precision: str = option("auto", "the teacher's forward pass: fp32; bf16 autocast; or auto: bf16 where the device "
                                     "computes it natively (3x faster than fp32 on a CPU with AVX-512 BF16), fp32 "
-                                    "elsewhere (bf16 on an AVX2-only CPU was measured 6x slower)")
+                                    "elsewhere (emulated bf16 on an AVX2-only CPU can be several times slower)")
     cache_dtype: str = option("bf16", "teacher states on disk: float32 or bf16")
     batch_size: int = option(16, "texts per teacher forward pass when filling the cache")
     known_only: bool = option(True, "keep only the facts the teacher itself completes correctly (greedy)")
