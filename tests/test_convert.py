@@ -1,8 +1,5 @@
 """`modformer convert`: checkpoints and Hugging Face folders to the knowledge form and back."""
 
-import subprocess
-import sys
-
 import pytest
 import torch
 
@@ -11,6 +8,7 @@ from modformer.errors import ModformerError
 from modformer.knowledge.convert import convert, load_checkpoint_model
 from modformer.train.checkpoint import save_checkpoint
 from modformer.variants import build_model
+from test_checkpoint_cli import assert_clean_error, modformer
 
 
 def saved_model(tmp_path, *overrides):
@@ -82,9 +80,7 @@ def test_bad_conversions_are_clear_errors(tmp_path):
     _, path = saved_model(tmp_path)
     for args, message in (([str(path), "--to", "ffn"], "no knowledge layers"),
                           ([str(tmp_path / "missing"), "--to", "knowledge"], "does not exist")):
-        result = subprocess.run([sys.executable, "-m", "modformer.cli", "convert", *args, "--out",
-                                 str(tmp_path / "o.safetensors")], capture_output=True, text=True, timeout=120)
-        assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
+        assert_clean_error(modformer("convert", *args, "--out", tmp_path / "o.safetensors"), message)
 
 
 def test_more_bad_conversions_are_clear_errors(tmp_path):
@@ -99,9 +95,7 @@ def test_more_bad_conversions_are_clear_errors(tmp_path):
              ([str(path), "--to", "knowledge", "--hf", "--out", str(tmp_path / "new")], "use it with --to ffn"),
              ([str(path), "--to", "ffn", "--hf", "--out", str(tmp_path / "outdir")], "already exists"))
     for args, message in cases:
-        result = subprocess.run([sys.executable, "-m", "modformer.cli", "convert", *args], capture_output=True,
-                                text=True, timeout=120)
-        assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, result.stderr
+        assert_clean_error(modformer("convert", *args), message)
 
 
 def test_only_a_gated_knowledge_model_has_a_llama_form(tmp_path):
