@@ -15,10 +15,12 @@ training function is `train_run`, not `train`: `modformer.train` is the package 
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any, Mapping
 
 from .config import RunConfig, config_from_dict, load_config
+from .configtools import apply_override
 from .errors import ConfigError
 from .evaluate import evaluate, load_run
 from .sweep.report import write_report
@@ -38,9 +40,7 @@ def config(source: str | Path | Mapping[str, Any] | RunConfig | None = None, *ov
         return load_config(source, overrides)
     if not isinstance(source, Mapping):
         raise ConfigError(f"a config is a YAML path, a mapping or a RunConfig, not {type(source).__name__}")
-    from .configtools import apply_override
-
-    data = dict(source)
+    data = copy.deepcopy(dict(source))  # overrides must not change the caller's data
     for assignment in overrides:
         apply_override(data, assignment)
     return config_from_dict(data)

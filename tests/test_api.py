@@ -25,8 +25,10 @@ def test_the_python_api_example_runs_end_to_end(tmp_path, capsys):
 
 
 def test_config_from_data_and_from_a_config(tmp_path):
-    cfg = mf.config({"model": {"d_model": 32}, "train": {"steps": 5}}, "train.lr=0.01")
+    data = {"model": {"d_model": 32}, "train": {"steps": 5}}
+    cfg = mf.config(data, "train.lr=0.01")
     assert cfg.model.d_model == 32 and cfg.train.steps == 5 and cfg.train.lr == 0.01
+    assert data == {"model": {"d_model": 32}, "train": {"steps": 5}}  # the caller's data is left as it was
     assert mf.config(cfg, "train.steps=7").train.steps == 7 and cfg.train.steps == 5
     with pytest.raises(ConfigError, match="train.stepz"):
         mf.config({"train": {"stepz": 5}})
