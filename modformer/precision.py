@@ -9,12 +9,14 @@ measured six times slower than float32 (issue 16). Runs record the precision the
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import torch
 
 PRECISIONS = ("auto", "fp32", "bf16")
 
 
+@functools.lru_cache(maxsize=None)  # asked at every training step under `auto`; the hardware does not change
 def native_bf16(device: torch.device) -> bool:
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported()
