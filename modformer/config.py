@@ -23,6 +23,7 @@ from .model.part_options import part_options
 from .registry import FFNS, MIXERS, TASKS, VARIANTS
 from .tasks.base import TaskConfig
 from .train.config import TrainConfig
+from .variants.base import same_model
 
 
 @dataclass
@@ -39,27 +40,50 @@ class RunConfig:
 
 
 def _variant_mixer(data: dict[str, Any], saved: bool) -> None:
-    """A variant that is about one mixer (MixiT: `mixing`; Frozen-QK: `attention`, whose Q and
-    K it freezes) fills it in for `model.mixer`; another mixer there is an error naming both
-    keys, not a model silently built otherwise. A `saved` config (a run's own record) written
-    before variants filled in their mixer recorded the default, `attention`, for MixiT: read
-    as what was built."""
+    """The mixer a variant builds with, against the one the config asks for:
+    - a variant that is about one mixer (MixiT: `mixing`; Frozen-QK: `attention`, whose Q and
+      K it freezes) fills it in for `model.mixer`; another mixer there is an error naming both
+      keys, not a model silently built otherwise;
+    - a variant that takes any mixer, given the mixer that makes it another variant (standard
+      with `mixing` is MixiT), is refused, so that no report labels MixiT "standard".
+    A `saved` config (a run's own record) is read as what was built: records written before
+    variants filled in their mixer hold the default, `attention`, for MixiT, and records
+    written before the refusal are taken as they are."""
     model = data.get("model")
-    if model is None:
+    if not isinstance(model, dict):
         return
-    name = model.get("variant", "standard") if isinstance(model, dict) else None
+    name = model.get("variant", "standard")
     if not isinstance(name, str):
         return  # the strict loader refuses it, naming its key
-    required = VARIANTS[name].mixer
-    if required is None:
-        return
+    variant = VARIANTS[name]
     given = model.get("mixer")
-    if given is None or (saved and given == "attention"):
-        model["mixer"] = required
-    elif given != required:
-        raise ConfigError(f"model.mixer={given} conflicts with model.variant={name}, which is built with the "
-                          f"'{required}' mixer: drop model.mixer, or choose a variant that takes any mixer "
-                          f"({', '.join(v for v in VARIANTS if VARIANTS[v].mixer is None)})")
+    if variant.mixer is not None:
+        if given is None or (saved and given == "attention"):
+            model["mixer"] = variant.mixer
+        elif given != variant.mixer:
+            raise ConfigError(f"model.mixer={given} conflicts with model.variant={name}, which is built with the "
+                              f"'{variant.mixer}' mixer: drop model.mixer, or choose a variant that takes any mixer "
+                              f"({', '.join(v for v in VARIANTS if VARIANTS[v].mixer is None)})")
+    if saved:
+        return
+    if variant.mixer is None and given is not None:
+        for other in VARIANTS:
+            if other != name and VARIANTS[other].mixer == given and same_model(variant, VARIANTS[other]):
+                raise ConfigError(f"model.variant={name} with model.mixer={given} is the '{other}' variant: write "
+                                  f"model.variant={other}, so that reports name it")
+
+
+def _unread_ffn(model: ModelConfig) -> None:
+    """A variant that builds its own feed-forward modules (knowledge) refuses a `model.ffn`
+    it would not build, or `model.ffn_options` it would not read, rather than ignoring them."""
+    own_ffn = VARIANTS[model.variant].own_ffn
+    if own_ffn is None:
+        return
+    default, built = ModelConfig().ffn, own_ffn(model)
+    if model.ffn not in (default, built) or model.ffn_options:
+        key, value = ("ffn", model.ffn) if model.ffn not in (default, built) else ("ffn_options", model.ffn_options)
+        raise ConfigError(f"model.{key}={value} is not read by model.variant={model.variant}, which builds its own "
+                          f"feed-forward modules (those of model.ffn={built}): drop model.{key}")
 
 
 def config_from_dict(data: dict[str, Any] | None, *, saved: bool = False) -> RunConfig:
@@ -85,6 +109,8 @@ def config_from_dict(data: dict[str, Any] | None, *, saved: bool = False) -> Run
             raise ConfigError(f"unknown config key '{key}' (known sections: model, task, train)")
     model = from_dict(ModelConfig, data.get("model"), "model")
     VARIANTS[model.variant]  # unknown names fail here, naming their key; so do a part's bad options
+    if not saved:
+        _unread_ffn(model)
     part_options(MIXERS, model.mixer, model.mixer_options, "model.mixer_options")
     part_options(FFNS, model.ffn, model.ffn_options, "model.ffn_options")
     train = from_dict(TrainConfig, data.get("train"), "train")

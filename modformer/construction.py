@@ -106,8 +106,11 @@ def apply_construction(data: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(model, dict) or model.get("construction", "corrected") != "reference":
         return data
     mode = mode_of(model)
+    name = model.get("variant", "standard")
+    # A variant that builds its own feed-forward modules (knowledge) does not read model.ffn.
+    unread = {"model.ffn"} if isinstance(name, str) and VARIANTS[name].own_ffn else set()
     for point in POINTS:
-        if point.applies(mode) and not _lookup(data, point.key)[0]:
+        if point.applies(mode) and point.key not in unread and not _lookup(data, point.key)[0]:
             _fill(data, point.key, point.plain)
     return data
 

@@ -1,3 +1,4 @@
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -126,12 +127,52 @@ def test_a_variant_built_with_one_mixer_refuses_another_and_fills_it_in():
 
     assert load_config(None, ["model.variant=mixit"]).model.mixer == "mixing"  # the saved config says what was built
     assert load_config(None, ["model.variant=frozen_qk"]).model.mixer == "attention"
-    assert load_config(None, ["model.variant=standard", "model.mixer=mixing"]).model.mixer == "mixing"  # any mixer
+    assert load_config(None, ["model.variant=knowledge", "model.mixer=mixing"]).model.mixer == "mixing"  # any mixer
     for variant, mixer in (("mixit", "attention"), ("frozen_qk", "mixing")):
         with pytest.raises(ConfigError, match=f"model.mixer={mixer} conflicts with model.variant={variant}"):
             load_config(None, [f"model.variant={variant}", f"model.mixer={mixer}"])
     # A run's own record from before variants filled in their mixer holds the default, attention.
     old = {"model": {"variant": "mixit", "mixer": "attention"}}
     assert config_from_dict(old, saved=True).model.mixer == "mixing"
-    with pytest.raises(ConfigError, match="conflicts"):
-        config_from_dict(old)
+
+
+def test_a_variant_given_the_mixer_of_another_is_refused_and_names_it():
+    from modformer.config import config_from_dict
+
+    # standard with the mixing mixer is MixiT (same builder, nothing frozen): a report would call it standard.
+    with pytest.raises(ConfigError, match="model.variant=standard with model.mixer=mixing is the 'mixit' variant"):
+        load_config(None, ["model.variant=standard", "model.mixer=mixing"])
+    # Frozen-QK's mixer is attention too, but frozen_qk freezes Q and K: standard with attention is itself.
+    assert load_config(None, ["model.variant=standard", "model.mixer=attention"]).model.variant == "standard"
+    # A run recorded before the refusal still loads as what was built.
+    old = {"model": {"variant": "standard", "mixer": "mixing"}}
+    assert config_from_dict(old, saved=True).model.mixer == "mixing"
+
+
+def test_the_knowledge_variant_refuses_a_feed_forward_it_would_not_read():
+    from modformer.config import config_from_dict
+
+    for override in ("model.ffn=gelu", "model.ffn_options={width: 3}"):
+        with pytest.raises(ConfigError, match=f"model.{override.split('=')[0][6:]}=.* is not read by "
+                                              "model.variant=knowledge"):
+            load_config(None, ["model.variant=knowledge", override])
+    cfg = load_config(None, ["model.variant=knowledge", "model.knowledge.activation=gelu"])
+    assert cfg.model.ffn == "swiglu" and cfg.model.knowledge.activation == "gelu"
+    # A sweep's shared section may name the FFN the knowledge reader folds into.
+    assert load_config(None, ["model.variant=knowledge", "model.ffn=gelu", "model.knowledge.activation=gelu"])
+    # The reference construction fills in model.ffn for the variants that read it only.
+    mixing = load_config(None, ["model.variant=knowledge", "model.mixer=mixing", "model.construction=reference"])
+    assert mixing.model.ffn == "swiglu"
+    assert load_config(None, ["model.variant=mixit", "model.construction=reference"]).model.ffn == "shaped_leaky_glu"
+    assert config_from_dict({"model": {"variant": "knowledge", "ffn": "gelu"}}, saved=True).model.ffn == "gelu"
+
+
+def test_build_model_refuses_a_variant_mixer_conflict_made_in_python():
+    from modformer.model.config import ModelConfig
+    from modformer.variants.base import build_model
+
+    cfg = ModelConfig(variant="mixit", vocab_size=8, max_seq_len=4, d_model=8, n_heads=2, n_layers=1)
+    assert build_model(cfg, 0).blocks[0].mixer.__class__.__name__ == "MixingMixer"  # the default mixer: filled in
+    with pytest.raises(ConfigError, match="model.mixer=my_conv conflicts with model.variant=mixit"):
+        build_model(replace(cfg, mixer="my_conv"), 0)
+

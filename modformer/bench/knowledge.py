@@ -94,7 +94,7 @@ def knowledge_cost(*, d_model: int = 256, tokens: list[tuple[int, int]] = ((8, 6
     layer_with_base = _LayerWithBase(layer, base)
     folded = fold(layer)
     cfg = ModelConfig(vocab_size=512, d_model=d_model, n_layers=n_layers, n_heads=_heads(d_model),
-                      max_seq_len=max(t for _, t in tokens), variant="knowledge", ffn="relu",
+                      max_seq_len=max(t for _, t in tokens), variant="knowledge",
                       knowledge=KnowledgeConfig(activation="relu"))
     model = build_model(cfg, seed)
     standard = fold_model(model)

@@ -7,6 +7,7 @@ from typing import Callable
 
 import torch
 
+from ..errors import ConfigError
 from ..freeze import freeze, freeze_all_but
 from ..model.config import ModelConfig
 from ..model.init import init_weights
@@ -20,6 +21,15 @@ class Variant:
     freeze: tuple[str, ...] = ()  # parameter-name globs fixed at their initial values
     mixer: str | None = None  # the mixer this variant always builds with; None: the configured model.mixer
     description: str = ""
+    # For a variant that builds its own feed-forward modules: the model.ffn they stand for
+    # (knowledge: its activation's FFN, which they fold into), the one model.ffn it accepts
+    # besides the default; None: the variant builds the configured model.ffn.
+    own_ffn: Callable[[ModelConfig], str] | None = None
+
+
+def same_model(a: Variant, b: Variant) -> bool:
+    """Whether `a` built with `b`'s mixer is `b` itself (same builder, same frozen parts)."""
+    return a.build is b.build and a.freeze == b.freeze
 
 
 def build_model(cfg: ModelConfig, seed: int) -> Transformer:
@@ -27,7 +37,12 @@ def build_model(cfg: ModelConfig, seed: int) -> Transformer:
     if cfg.vocab_size is None or cfg.max_seq_len is None:
         raise ValueError("model.vocab_size and model.max_seq_len must be resolved (from the task) before building")
     variant = VARIANTS[cfg.variant]
-    if variant.mixer is not None:
+    if variant.mixer is not None and cfg.mixer != variant.mixer:
+        # A config built in Python holds the default mixer unless told otherwise; another
+        # one is refused, as `config_from_dict` refuses it.
+        if cfg.mixer != ModelConfig().mixer:
+            raise ConfigError(f"model.mixer={cfg.mixer} conflicts with model.variant={cfg.variant}, which is built "
+                              f"with the '{variant.mixer}' mixer")
         cfg = replace(cfg, mixer=variant.mixer)
     # Module constructors draw default values from the global RNG: seeded here, so that what
     # `init_weights` leaves as constructed (a foreign module's bias) follows the run's seed

@@ -4,7 +4,10 @@ The mixer stays as configured (`model.mixer`); each block's feed-forward slot is
 `KnowledgeFFN` over the same `KnowledgeBase`, registered once on the model as `knowledge`
 (parameter `knowledge.entries`; with `model.knowledge.groups`, one base per group of layers,
 `knowledge.{g}.entries`). `model.knowledge.*` sets the base and the readers;
-`model.ffn` and `model.ffn_bias` are not used (b2 is always there, as in the paper).
+`model.ffn` and `model.ffn_bias` are not read (b2 is always there, as in the paper): the
+activation is `model.knowledge.activation`. `model.ffn` may name the FFN that activation
+folds into (a sweep's shared section: `ffn: relu` for standard, `knowledge.activation:
+relu` here); anything else is refused rather than built without it.
 Everything trains; `model.freeze=['blocks.*']` (and the other parts) leaves only E to train.
 """
 
@@ -43,4 +46,5 @@ def build_knowledge(cfg: ModelConfig) -> Transformer:
 
 
 VARIANTS.register("knowledge")(Variant(
-    build_knowledge, description="every FFN is cross-attention over one shared knowledge base (model.knowledge.*)"))
+    build_knowledge, description="every FFN is cross-attention over one shared knowledge base (model.knowledge.*)",
+    own_ffn=lambda cfg: cfg.knowledge.activation))
