@@ -2,16 +2,30 @@
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
+from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only; never needs a display
-import matplotlib.pyplot as plt  # noqa: E402
-
-from .files import atomic_write  # noqa: E402
+from .files import atomic_write
 
 __all__ = ["plt", "save_figure"]
+
+
+class _Pyplot:
+    """`matplotlib.pyplot`, imported at its first use with the file-only backend: importing it
+    costs about half a second, which every command (`--help`, a refused config, each sweep
+    worker) would otherwise pay before it draws anything, if it draws at all."""
+
+    _module: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        if _Pyplot._module is None:
+            importlib.import_module("matplotlib").use("Agg")  # files only; never needs a display
+            _Pyplot._module = importlib.import_module("matplotlib.pyplot")
+        return getattr(_Pyplot._module, name)
+
+
+plt: Any = _Pyplot()
 
 
 def save_figure(fig: "plt.Figure", path: str | Path, dpi: int = 100) -> Path:

@@ -37,14 +37,15 @@ def assert_same_run(a, b):
 @pytest.mark.parametrize("variant", [["model.variant=standard"],
                                      ["model.variant=knowledge", "model.knowledge.activation=swiglu"]])
 def test_tiny_training_reaches_95_percent(tiny_config, tmp_path, variant):
-    """condattend_4 with a width-128 model: >= 95% held-out accuracy in 150 steps (about 25 s
-    here), for the standard model and for the knowledge variant with gated reads (measured:
-    100% for both)."""
-    cfg = tiny_config("model.d_model=128", "train.steps=150", "train.batch_size=256", "train.warmup_steps=15",
+    """condattend_2 with a width-64 model: >= 95% held-out accuracy in 150 steps of 128, for
+    the standard model and for the knowledge variant with gated reads (measured: 100% for
+    both, seeds 0 and 1; 86% and 98% at 80 steps, so 150 leaves a margin). condattend_4 at
+    width 128 needs 150 steps of 256, 5x the time, for the same check."""
+    cfg = tiny_config("task.n_pairs=2", "train.steps=150", "train.batch_size=128", "train.warmup_steps=15",
                       "train.eval_every=50", "train.checkpoint_every=0", "task.test_size=1000", *variant)
     summary = run(cfg, tmp_path / "run")
     assert summary["test"]["accuracy"] >= 0.95
-    assert set(summary["test"]["slices"]["n_pairs"]) == {"1", "2", "3", "4"}
+    assert set(summary["test"]["slices"]["n_pairs"]) == {"1", "2"}
     for name in ("config.yaml", "run.json", "metrics.jsonl", "summary.json", "curves.png"):
         assert (tmp_path / "run" / name).is_file(), name
 
