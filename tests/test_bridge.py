@@ -206,3 +206,32 @@ def test_removing_the_bridges_gives_back_the_student():
 def test_bridge_places_are_checked():
     with pytest.raises(ValueError, match="block_i"):
         bridged(places=("block_2",))
+
+
+def test_the_cache_key_holds_the_teachers_precision(tmp_path, monkeypatch):
+    """States of a bf16 forward differ from an fp32 forward's: a cache of one is never read
+    as the other (with `auto`, which one depends on the machine)."""
+    import json
+
+    from modformer.bridge import cache as cache_module
+    from modformer.bridge.cache import TeacherStateCache
+    from modformer.bridge.teacher import Teacher
+
+    teacher = Teacher(tiny_llama().eval(), layer=2)
+    g = torch.Generator().manual_seed(0)
+    rows = [torch.randint(0, 100, (n,), generator=g) for n in (5, 9, 3)]
+    fp32 = TeacherStateCache.build(teacher, "tiny", rows, tmp_path / "b", precision="fp32")
+    bf16 = TeacherStateCache.build(teacher, "tiny", rows, tmp_path / "a", precision="bf16")
+    assert json.loads((tmp_path / "a" / "index.json").read_text())["precision"] == "bf16"
+    assert fp32.index["fingerprint"] != bf16.index["fingerprint"]
+    assert not torch.equal(bf16.get([1])[0], fp32.get([1])[0])  # the forward really ran in bf16
+    # The fp32 cache's folder asked for in bf16: rebuilt, not read.
+    calls = []
+    teacher.model.register_forward_hook(lambda *a: calls.append(1))
+    assert TeacherStateCache.build(teacher, "tiny", rows, tmp_path / "b", precision="bf16").index["precision"] == "bf16"
+    assert calls
+    # auto is keyed by what it resolves to on this machine.
+    monkeypatch.setattr(cache_module, "resolve_precision", lambda precision, device: "bf16")
+    calls.clear()
+    assert TeacherStateCache.build(teacher, "tiny", rows, tmp_path / "a", precision="auto").index == bf16.index
+    assert not calls

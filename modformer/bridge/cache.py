@@ -8,8 +8,10 @@ instead. Layout of a cache folder:
     index.json   fingerprint, per-row offsets and lengths, dtype
 
 Rows have their own lengths (no padding is stored); `get(rows)` pads a batch. The
-fingerprint hashes the teacher's name, the layer, the dtype and every row's token ids, so
-a cache built for other data or another teacher is rebuilt, never silently reused. The
+fingerprint hashes the teacher's name, the layer, the dtype, the precision of the teacher's
+forward pass (as resolved on this machine: `auto` is fp32 on one CPU and bf16 on another,
+and their states differ) and every row's token ids, so a cache built for other data,
+another teacher or another precision is rebuilt, never silently reused. The
 folder is written beside and renamed into place: a killed build leaves no half cache.
 Each layer has its folder; the layers a reader needs are computed from one teacher pass
 (`build_layers`).
@@ -28,14 +30,16 @@ from tqdm import tqdm
 
 from ..errors import ModformerError
 from ..files import atomic_write_folders
+from ..precision import autocast, resolve_precision
 
 DTYPES = ("float32", "bf16")
 CACHE_FILES = {"index.json", "states.npy"}
 
 
 def fingerprint(teacher_name: str, layer: int, dtype: str, rows: Sequence[torch.Tensor],
-                keep: Sequence[int | None] | None = None) -> str:
-    h = hashlib.sha256(f"{teacher_name}|{layer}|{dtype}|{len(rows)}".encode())
+                keep: Sequence[int | None] | None = None, precision: str = "fp32") -> str:
+    """The cache key; `precision` is the teacher forward's, resolved (fp32 or bf16)."""
+    h = hashlib.sha256(f"{teacher_name}|{layer}|{dtype}|{precision}|{len(rows)}".encode())
     for row in rows:
         h.update(np.asarray(row.cpu(), dtype=np.int64).tobytes())
         h.update(b"|")
@@ -65,25 +69,27 @@ class TeacherStateCache:
 
     @classmethod
     def build(cls, teacher, teacher_name: str, rows: Sequence[torch.Tensor], folder: str | Path, *,
-              dtype: str = "float32", batch_size: int = 8,
-              keep: Sequence[int | None] | None = None) -> "TeacherStateCache":
+              dtype: str = "float32", batch_size: int = 8, keep: Sequence[int | None] | None = None,
+              precision: str = "fp32") -> "TeacherStateCache":
         """The cache of `teacher`'s states (of its layer) for `rows` (1-d token-id tensors) in
         `folder`: read if it holds these exact rows for this teacher and layer, else computed and
         written. `keep[i]`, when given and not None, stores only the last keep[i] states of row i
-        (the tail of a prefix whose other states the cache holds already)."""
+        (the tail of a prefix whose other states the cache holds already). `precision`: the
+        teacher's forward pass (fp32, bf16 autocast, or auto: bf16 where the CPU computes it)."""
         return cls.build_layers(teacher, teacher_name, rows, {teacher.layer: folder}, dtype=dtype,
-                                batch_size=batch_size, keep=keep)[teacher.layer]
+                                batch_size=batch_size, keep=keep, precision=precision)[teacher.layer]
 
     @classmethod
     def build_layers(cls, teacher, teacher_name: str, rows: Sequence[torch.Tensor], folders: dict[int, str | Path],
-                     *, dtype: str = "float32", batch_size: int = 8,
-                     keep: Sequence[int | None] | None = None) -> dict[int, "TeacherStateCache"]:
+                     *, dtype: str = "float32", batch_size: int = 8, keep: Sequence[int | None] | None = None,
+                     precision: str = "fp32") -> dict[int, "TeacherStateCache"]:
         """`build` for several layers at once: layer -> its cache in folders[layer]. The layers
         not cached yet are computed together, from one teacher pass over the rows."""
         if dtype not in DTYPES:
             raise ModformerError(f"teacher cache dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
         folders = {layer: Path(folder) for layer, folder in folders.items()}
-        keys = {layer: fingerprint(teacher_name, layer, dtype, rows, keep) for layer in folders}
+        precision = resolve_precision(precision, torch.device("cpu"))
+        keys = {layer: fingerprint(teacher_name, layer, dtype, rows, keep, precision) for layer in folders}
         caches = {layer: cls._open(folders[layer], keys[layer]) for layer in folders}
         missing = [layer for layer, cache in caches.items() if cache is None]
         for layer in missing:
@@ -96,7 +102,7 @@ class TeacherStateCache:
         lengths = kept
         offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64) if rows else np.zeros(0, np.int64)
         index = {layer: {"fingerprint": keys[layer], "teacher": teacher_name, "layer": layer, "dtype": dtype,
-                         "offsets": offsets.tolist(), "lengths": lengths} for layer in missing}
+                         "precision": precision, "offsets": offsets.tolist(), "lengths": lengths} for layer in missing}
 
         def write(partials: list[Path]) -> None:
             files = [np.lib.format.open_memmap(partial / "states.npy", mode="w+",
@@ -112,7 +118,9 @@ class TeacherStateCache:
                 for i, r in enumerate(batch):
                     ids[i, :len(r)], mask[i, :len(r)] = r, 1
                 # right padding: a causal teacher's real positions ignore it
-                for states, hidden in zip(files, teacher.hidden(ids, mask, missing)):
+                with autocast(torch.device("cpu"), precision):
+                    hidden_states = teacher.hidden(ids, mask, missing)
+                for states, hidden in zip(files, hidden_states):
                     hidden = hidden.cpu()
                     for i, r in enumerate(batch):
                         row = hidden[i, len(r) - kept[start + i]:len(r)]

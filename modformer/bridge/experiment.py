@@ -30,7 +30,7 @@ from ..configtools import from_dict, to_dict
 from ..data.tokenizer import TextTokenizer, load_tokenizer, train_bpe
 from ..errors import ModformerError
 from ..files import atomic_write_folder, atomic_write_text, cache_root
-from ..precision import autocast, resolve_precision
+from ..precision import resolve_precision
 from ..train.checkpoint import read_checkpoint
 from ..train.records import MetricsLog
 from .arm_run import TeacherParts, build_student, run_arm
@@ -190,14 +190,14 @@ class ModulesExperiment:
         rows = [torch.tensor(ids, dtype=torch.long) for ids, _ in self.data.sequences]
         keep = [k for _, k in self.data.sequences]
         keep = None if all(k is None for k in keep) else keep  # whole texts only (one tokenizer)
+        precision = resolve_precision(cfg.teacher.precision, torch.device("cpu"))
         folders = {layer: cache_root() / "teacher-states" / fingerprint(cfg.teacher.name, layer,
-                                                                        cfg.teacher.cache_dtype, rows, keep)
+                                                                        cfg.teacher.cache_dtype, rows, keep, precision)
                    for layer in layers}
-        with autocast(torch.device("cpu"), cfg.teacher.precision):
-            started = time.perf_counter()
-            caches = TeacherStateCache.build_layers(Teacher(model), cfg.teacher.name, rows, folders,
-                                                    dtype=cfg.teacher.cache_dtype, batch_size=cfg.teacher.batch_size,
-                                                    keep=keep)
+        started = time.perf_counter()
+        caches = TeacherStateCache.build_layers(Teacher(model), cfg.teacher.name, rows, folders,
+                                                dtype=cfg.teacher.cache_dtype, batch_size=cfg.teacher.batch_size,
+                                                keep=keep, precision=precision)
         for layer, folder in folders.items():
             self.echo(f"teacher states of layer {layer}: {folder} ({sum(len(r) for r in rows):,} tokens)")
         self.echo(f"teacher states ready in {time.perf_counter() - started:.1f} s")
