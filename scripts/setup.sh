@@ -28,7 +28,7 @@ if [ -n "${TORCH_SPEC:-}" ] || ! .venv/bin/python -c \
   wheel=""
   if [ -z "${TORCH_SPEC:-}" ]; then
     tag=$(.venv/bin/python -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
-    for folder in $(.venv/bin/pip config get global.find-links 2>/dev/null || true); do
+    for folder in ${PIP_FIND_LINKS:-} $(.venv/bin/pip config get global.find-links 2>/dev/null || true); do
       for file in "$folder"/torch-2.13.0+cpu-"$tag"-"$tag"-*"$(uname -m)".whl; do
         [ -f "$file" ] && wheel=$file && break 2
       done
