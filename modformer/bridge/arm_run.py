@@ -242,7 +242,10 @@ class ArmRun:
         return {f"{name}_answer_loss": loss_sum / max(tokens, 1), f"{name}_answer_exact_tf": exact / max(len(rows), 1)}
 
 def exact_match(answers: list[str], expected: list[str]) -> float:
-    return sum(a == e for a, e in zip(answers, expected)) / max(len(expected), 1)
+    """The share of answers equal to the expected one, over the items that have one (a stratos
+    reply without a boxed final answer expects "" and is not scored)."""
+    scored = [(a, e) for a, e in zip(answers, expected) if e]
+    return sum(a == e for a, e in scored) / max(len(scored), 1)
 
 
 def run_arm(cfg: ModulesConfig, arm: Arm, seed: int, data: ModulesData, teacher: TeacherParts, pairing,

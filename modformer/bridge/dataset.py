@@ -151,10 +151,15 @@ class ModulesData:
             targets[b, start - 1:length - 1] = ids[b, start:length]
         return Batch(ids, targets, [group.texts[i] for i in indices], [group.first + i for i in indices])
 
+    def task_rows(self, size: int, task_fraction: float) -> int:
+        """Task items in a training batch of `size` rows: all of them without a corpus, else the
+        share `task_fraction` (at least one)."""
+        return size if self.corpus is None else max(1, round(task_fraction * size))
+
     def train_batch(self, seed: int, step: int, size: int, task_fraction: float) -> Batch:
         """Training batch `step` of seed `seed`: a share `task_fraction` of task items, the rest corpus."""
         rng = np.random.default_rng([seed, step])
-        n_task = size if self.corpus is None else max(1, round(task_fraction * size))
+        n_task = self.task_rows(size, task_fraction)
         parts = [self.batch(self.train, rng.integers(0, len(self.train), n_task).tolist(),
                             answer_only=self.loss_on == "answer")]
         if n_task < size:

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import random
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +44,7 @@ from .hf_student import load_student_tokenizer
 from .modules_config import ModulesConfig
 from .packaged import load_teacher
 from .pairing import SharedTokenizer, TwoTokenizers
+from .stratos import boxed_answer, stratos_items
 from .teacher import Teacher
 from .texts import EXTRACT, arithmetic_items, fact_items, load_corpus, split_items
 
@@ -53,6 +56,8 @@ def _comparable(cfg: ModulesConfig) -> dict[str, Any]:
     stopped or finished experiment), the layers read compared per bridge however written."""
     out = {k: v for k, v in to_dict(cfg).items() if k not in ("arms", "seeds")}
     out["teacher"]["layer"], out["bridge"]["teacher_layers"] = None, list(cfg.place_layers.values())
+    if cfg.train.epochs is not None:  # the steps follow from the epochs (the saved config holds them resolved)
+        out["train"]["steps"] = None
     return out
 
 
@@ -86,7 +91,7 @@ class ModulesExperiment:
         started = time.perf_counter()
         model, self.tokenizer = load_teacher(cfg.teacher.name)
         layers = self._layers(model)
-        items = self._items(model)
+        items = self._fitting(self._items(model))
         if cfg.data.max_items is not None and cfg.data.max_items < len(items):
             items = random.Random(cfg.data.split_seed).sample(items, cfg.data.max_items)
         train, held = split_items(items, cfg.data.held_out, cfg.data.split_seed)
@@ -113,13 +118,38 @@ class ModulesExperiment:
         else:
             vocab = Vocabulary.whole(size)
         self.data = ModulesData(train_rows, corpus, held_rows, vocab, cfg.data.loss_on)
-        self.extract = EXTRACT[cfg.data.task]
+        self.extract = {**EXTRACT, "stratos": boxed_answer}[cfg.data.task]
+        self._resolve_epochs(len(train))
+        cfg = self.cfg
         final = self._final_layer(model, layers)
         self.data.caches = self._caches(model, layers if final in layers or final is None else [*layers, final])
         self.teacher = self._teacher_parts(model, final)
         self.echo(f"teacher {cfg.teacher.name} ({cfg.reading()}), {len(train)} training and {len(held)} "
                   f"held-out {cfg.data.task} items, {len(corpus) if corpus else 0} corpus texts, student vocabulary "
-                  f"{self.data.vocab.size}; prepared in {time.perf_counter() - started:.0f} s")
+                  f"{self.data.vocab.size}, {cfg.train.steps} steps per run; prepared in "
+                  f"{time.perf_counter() - started:.0f} s")
+
+    def _fitting(self, items: list) -> list:
+        """The items of at most `data.max_item_tokens` student tokens (all when it is null)."""
+        limit = self.cfg.data.max_item_tokens
+        if limit is None:
+            return items
+        pairing, _ = self._pairing([])  # not bpe:N (the config refuses it): no training texts needed
+        kept = [i for i in items if len(pairing.student_ids(i.text)) <= limit]
+        self.echo(f"{len(kept)} of {len(items)} {self.cfg.data.task} items fit in {limit} student tokens")
+        if len(kept) < 2:
+            raise ModformerError(f"data.max_item_tokens={limit} leaves {len(kept)} of the {len(items)} task items; "
+                                 f"raise it")
+        return kept
+
+    def _resolve_epochs(self, n_train: int) -> None:
+        """With train.epochs: the steps it takes, written into the config (and its saved copy)."""
+        tc = self.cfg.train
+        if tc.epochs is None:
+            return
+        steps = math.ceil(tc.epochs * n_train / self.data.task_rows(tc.batch_size, self.cfg.data.task_fraction))
+        self.cfg = replace(self.cfg, train=replace(tc, steps=steps))
+        atomic_write_text(self.out / "config.yaml", self.cfg.to_yaml())
 
     def _pairing(self, training_texts: list[str]) -> tuple[SharedTokenizer | TwoTokenizers, int]:
         """How texts become student and teacher tokens, and the student tokenizer's size."""
@@ -144,6 +174,8 @@ class ModulesExperiment:
         cfg = self.cfg
         if cfg.data.task == "arithmetic":
             return arithmetic_items(cfg.data.arithmetic_digits)
+        if cfg.data.task == "stratos":
+            return stratos_items(cfg.data.task_source, cfg.data.task_column)
         facts = all_facts()
         if cfg.teacher.known_only:
             key = hashlib.sha256("|".join([cfg.teacher.name, *(f.text for f in facts)]).encode()).hexdigest()[:32]

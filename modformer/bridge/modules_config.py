@@ -72,8 +72,13 @@ class BridgeSection:
 
 @dataclass
 class DataSection:
-    task: str = option("facts", "facts (held-out facts the teacher knows) or arithmetic (worked sums, held out by "
-                                "operand values)")
+    task: str = option("facts", "facts (held-out facts the teacher knows), arithmetic (worked sums, held out by "
+                                "operand values) or stratos (the paper's Bespoke-Stratos problems with their reasoning "
+                                "and solution, held out by problem, scored on the last \\boxed{} answer)")
+    task_source: str = option("bespoke_stratos", "stratos: where its conversations come from: bespoke_stratos (the "
+                                                 "hub dataset, network) or a local .jsonl/.parquet file of rows like "
+                                                 "it")
+    task_column: str = option("conversations", "stratos: the column holding each conversation")
     held_out: float = option(0.35, "fraction of the task's items held out: never trained on, scored by exact match")
     split_seed: int = option(0, "seed of the train / held-out split (the same for every arm and seed)")
     corpus: str | None = option(
@@ -92,11 +97,18 @@ class DataSection:
     arithmetic_digits: int = option(2, "arithmetic: digits per operand")
     max_items: int | None = option(None, "use a seeded sample of this many of the task's items (null: all); "
                                          "arithmetic has 8,100 two-digit sums and the teacher reads each once")
+    max_item_tokens: int | None = option(
+        None, "leave out, before the split and the sample, task items longer than this many student tokens (the "
+              "reference leaves out texts over 4,096 teacher tokens); null keeps every item")
 
 
 @dataclass
 class ArmTrainSection:
-    steps: int = option(300, "optimizer steps per run")
+    steps: int = option(300, "optimizer steps per run (replaced when train.epochs is set)")
+    epochs: float | None = option(
+        None, "train for this many epochs over the task's training items instead of train.steps: steps = epochs x "
+              "training items / task items per batch, rounded up (batches draw items with replacement, so each item "
+              "is read that many times on average)")
     batch_size: int = option(32, "texts per step")
     student_lr: float = option(5e-5, "peak learning rate of the student (reference 5e-5)")
     bridge_lr: float = option(1e-4, "peak learning rate of the bridges (reference 1e-4)")
@@ -137,7 +149,13 @@ class ModulesConfig:
             (self.train.precision in PRECISIONS, f"train.precision must be one of {', '.join(PRECISIONS)}"),
             (self.teacher.cache_dtype in ("float32", "bf16"), "teacher.cache_dtype must be float32 or bf16"),
             (self.student.embeddings in ("teacher", "random"), "student.embeddings must be teacher or random"),
-            (self.data.task in ("facts", "arithmetic"), "data.task must be facts or arithmetic"),
+            (self.data.task in ("facts", "arithmetic", "stratos"), "data.task must be facts, arithmetic or stratos"),
+            (self.data.max_item_tokens is None or self.data.max_item_tokens >= 2,
+             "data.max_item_tokens must be at least 2 or null"),
+            (self.data.max_item_tokens is None or not self.student_tokenizer.startswith("bpe:"),
+             "data.max_item_tokens counts student tokens before the split, and a bpe:N student tokenizer is trained "
+             "on the training items after it: use another student.tokenizer or data.max_item_tokens: null"),
+            (self.train.epochs is None or self.train.epochs > 0, "train.epochs must be positive or null"),
             (self.data.loss_on in ("answer", "text"), "data.loss_on must be answer or text"),
             (0 < self.data.held_out < 1, "data.held_out must lie strictly between 0 and 1"),
             (0 < self.data.task_fraction <= 1, "data.task_fraction must lie in (0, 1]"),

@@ -48,6 +48,11 @@ def _corpus(data: dict[str, Any]) -> str:
             f"the task)")
 
 
+def _epochs(train: dict[str, Any]) -> str:
+    """The text " (N epochs)" when train.epochs set the steps (configs saved before it existed have none)."""
+    return f" ({train['epochs']:g} epochs)" if train.get("epochs") is not None else ""
+
+
 def _student(cfg: dict[str, Any]) -> str:
     """The student in words (configs saved before a field existed read as its default)."""
     s = cfg["student"]
@@ -71,7 +76,8 @@ def write_modules_report(out: str | Path) -> Path:
     lines = [f"# LLM Modules: {cfg['data']['task']}, teacher {cfg['teacher']['name']} "
              f"({from_dict(ModulesConfig, cfg).reading()})",
              "", f"{len(split['train'])} training items, {len(split['held_out'])} held out (never trained on); "
-                 f"{_corpus(cfg['data'])}; loss on the {cfg['data']['loss_on']}; {cfg['train']['steps']} steps of "
+                 f"{_corpus(cfg['data'])}; loss on the {cfg['data']['loss_on']}; {cfg['train']['steps']} steps"
+                 f"{_epochs(cfg['train'])} of "
                  f"{cfg['train']['batch_size']}; student lr {cfg['train']['student_lr']}, bridge lr "
                  f"{cfg['train']['bridge_lr']}; bridges at {', '.join(cfg['bridge']['places'])}; {_student(cfg)}.",
              "", "Mean ± std [95% interval] over seeds. Exact match: the greedily generated answer (the student "
