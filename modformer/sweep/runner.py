@@ -98,6 +98,8 @@ class SweepRunner:
         run_dir = self.run_dir(run)
         config = run.config.to_dict()
         config["train"]["progress"] = False
+        if config["train"]["log_to"] and config["train"]["log_group"] is None:
+            config["train"]["log_group"] = self.out.name  # the trackers group a sweep's runs
         if config["train"]["threads"] is None:
             # A run keeps the thread count it started with: another count sums floats in
             # another order, and its resumption would no longer be bit-identical.
