@@ -22,11 +22,11 @@ from typing import Any, Mapping
 
 from .config import RunConfig, config_from_dict, load_config
 from .configtools import apply_override
-from .errors import ConfigError
+from .errors import ConfigError, ModformerError
 from .evaluate import evaluate, load_run
 from .sweep.report import write_report
 from .sweep.runner import SweepRunner
-from .sweep.slurm import SlurmLauncher
+from .sweep.slurm import SlurmLauncher, live_runs
 from .sweep.spec import load_sweep
 from .train.trainer import Trainer
 
@@ -87,5 +87,9 @@ def sweep(config_path: str | Path, out: str | Path, *overrides: str, workers: in
         if SlurmLauncher(runner, wait=wait).launch() is None:
             return None
     else:
+        live = live_runs(Path(out))
+        if live:
+            raise ModformerError(f"{len(live)} run(s) of {out} are queued or running in Slurm, e.g. {live[0]}: "
+                                 f"follow them with --launcher slurm --wait, or scancel them, before training locally")
         runner.run()
     return write_report(Path(out))

@@ -43,6 +43,7 @@ install() {
   if [ ! -e "$policy" ]; then printf '#!/bin/sh\nexit 101\n' > "$policy" && chmod +x "$policy" && own_policy=1; fi
   # Quietly and without man pages (the man-db trigger alone takes many seconds).
   local ok=0
+  export DEBIAN_FRONTEND=noninteractive
   { apt-get install -y -qq --no-install-recommends -o Dpkg::Options::=--path-exclude=/usr/share/man/* \
       -o Dpkg::Options::=--path-exclude=/usr/share/doc/* "${packages[@]}" >"$dir/install.log" 2>&1 \
     || { apt-get update -qq >>"$dir/install.log" 2>&1 && apt-get install -y -qq --no-install-recommends \

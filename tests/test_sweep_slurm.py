@@ -16,7 +16,8 @@ import pytest
 import yaml
 
 from modformer.cli import main
-from modformer.errors import ConfigError
+from modformer.api import sweep
+from modformer.errors import ConfigError, ModformerError
 from modformer.sweep import slurm as slurm_module
 from modformer.sweep import status as status_module
 from modformer.sweep.runner import SweepRunner, read_results
@@ -151,6 +152,9 @@ def test_status_and_gathering_follow_the_job_states(tmp_path, monkeypatch):
     table = format_status(out)
     assert [s for _, s, _ in run_statuses(out)] == ["queued", "running", "cancelled", "failed"]
     assert "4 runs: 1 running, 1 queued, 1 failed, 1 cancelled" in table
+
+    with pytest.raises(ModformerError, match="2 run.s. of .* are queued or running in Slurm"):
+        sweep(str(out / "sweep.yaml"), out, launcher="local")  # never trained locally while Slurm may be training them
 
     log = []
     slurm_module.gather(out, states, log.append)

@@ -101,6 +101,13 @@ def gather(out: Path, states: dict[str, str], echo: Callable[[str], None]) -> No
         echo(f"FAILED {run_id}: {error}  [log: {log}]")
 
 
+def live_runs(out: Path) -> list[str]:
+    """Runs of the sweep in `out` whose latest Slurm job may still run (none for a sweep never
+    submitted to Slurm): a local launcher must not train them at the same time."""
+    jobs = submitted_jobs(out)
+    return [run_id for run_id, state in job_states(out, jobs).items() if state in LIVE] if jobs else []
+
+
 class SlurmLauncher:
     """Submits a sweep's unfinished runs as one job array and, with `wait`, follows them."""
 
