@@ -128,6 +128,14 @@ def test_cancelled_and_resubmitted_slurm_sweep_equals_a_local_sweep(tmp_path, sl
     assert "sweep finished" in capsys.readouterr().out and (out / "report.md").exists()
 
 
+@pytest.mark.xdist_group("slurm")
+def test_a_job_sacct_never_heard_of_is_not_waited_on(tmp_path, slurm_cluster):
+    jobs = {"a": {"job_id": "987654_0", "folder": "f", "submitted_s": 0.0},
+            "b": {"job_id": "987654_1", "folder": "f", "submitted_s": time.time()}}
+    assert slurm_module.job_states(tmp_path, jobs) == {"a": "LOST", "b": "UNKNOWN"}  # b: just submitted
+    assert "LOST" not in slurm_module.LIVE and "UNKNOWN" in slurm_module.LIVE
+
+
 def fake_sweep(tmp_path: Path, monkeypatch, states: dict[str, str]) -> tuple[Path, dict]:
     """A sweep folder whose runs were submitted as jobs 7_0.. and are in `states` (run id -> Slurm state)."""
     data = {**SWEEP, "sweep": {**SWEEP["sweep"], "launcher": "slurm"}}
@@ -178,3 +186,11 @@ def test_slurm_options_are_checked_and_bad_input_is_one_line(tmp_path, capsys):
                  "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and all(line.startswith("modformer: error: ") for line in err)
+
+
+def test_without_submitit_the_slurm_launcher_is_one_clear_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "submitit", None)  # as if not installed
+    assert main(["sweep", str(write(tmp_path, SWEEP)), "--launcher", "slurm", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["modformer: error: the slurm launcher needs submitit: pip install 'modformer[slurm]'"]
+    assert not (tmp_path / "o").exists()

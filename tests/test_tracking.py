@@ -115,3 +115,21 @@ def test_unknown_or_missing_trackers_are_one_clear_error(tmp_path, tiny_config, 
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "pip install 'modformer[track]'" in err[0]
     assert not (tmp_path / "r").exists()
+
+
+def test_a_resumed_run_shows_each_step_once_in_tensorboard(tmp_path, tiny_config, monkeypatch):
+    """Killed after step 8's checkpoint having logged up to step 12: the resumed run redoes
+    9-12, and TensorBoard drops the killed process's values for them (purge_step)."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run_dir, _ = trained(tmp_path, tiny_config, monkeypatch, "tensorboard")
+    (run_dir / "checkpoints" / "step_0000012.safetensors").unlink()
+    (run_dir / "summary.json").unlink()
+    cfg = tiny_config("train.log_to=[tensorboard]", "train.log_group=grid",
+                      f"train.mlflow_uri={(tmp_path / 'mlruns').as_uri()}")
+    train_run(cfg, run_dir, resume=True)
+    records = list(read_records(run_dir / "metrics.jsonl"))
+    events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0}).Reload()
+    got = [(e.step, pytest.approx(e.value, rel=1e-6)) for e in events.Scalars("train/loss")]
+    assert got == expected(records, "train/loss") and [s for s, _ in got] == [3, 6, 9, 12]

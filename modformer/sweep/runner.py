@@ -215,8 +215,8 @@ def checked_results(out: Path) -> dict[str, dict[str, Any]]:
 
 
 def append_result(out: Path, record: dict[str, Any]) -> None:
-    """Append one record to results.jsonl in a single write: the jobs of a Slurm sweep, on
-    several nodes, append to the same file, and O_APPEND keeps their lines whole."""
+    """Append one record to results.jsonl in a single O_APPEND write, so that the line stays
+    whole beside another process's (two `modformer sweep` commands gathering one Slurm sweep)."""
     fd = os.open(Path(out) / "results.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
     try:
         os.write(fd, (json.dumps(record) + "\n").encode())

@@ -4,8 +4,9 @@ Slurm and submitit do the scheduling; this module only describes the runs and ga
 they leave. Each array task runs on its node exactly what a local worker runs
 (`SweepRunner.prepare`: `python -m modformer.cli train CONFIG --out RUN_DIR --resume`, in the
 submitting folder, with the submitting PYTHONPATH, so parts named by import path import there
-as they do here), then appends its record to the sweep's results.jsonl. So the same sweep
-folder resumes, gathers and reports as a local sweep does, whichever launcher ran which run.
+as they do here; the node imports no modformer beyond that). The submitting side records each
+ended job in the sweep's results.jsonl when it follows (--wait) or submits again. So the same
+sweep folder resumes, gathers and reports as a local sweep does, whichever launcher ran which run.
 
 Besides the local layout (modformer/sweep/runner.py) a Slurm sweep folder holds::
 
@@ -14,10 +15,10 @@ Besides the local layout (modformer/sweep/runner.py) a Slurm sweep folder holds:
                                   time: Slurm's job ids may restart, and submitit would take an
                                   old job's files for a new one's)
 
-A job that ends without a record (cancelled, out of time, its node lost) is recorded as
-failed with its Slurm state when the sweep is followed (--wait) or submitted again; submitted
-again, it continues from its last checkpoint. Runs whose jobs are still queued or running are
-never submitted twice.
+A job that ends with its run's summary written is recorded as done; any other (a failed
+training, cancelled, out of time, its node lost) as failed with its Slurm state and the last
+line of the run's log; submitted again, the run continues from its last checkpoint. Runs whose
+jobs are still queued or running are never submitted twice.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ from .spec import RunSpec
 # Slurm states of a job that may still run (submitit's list, which it reads from sacct).
 LIVE = {"READY", "PENDING", "RUNNING", "UNKNOWN", "REQUEUED", "COMPLETING", "PREEMPTED", "CONFIGURING",
         "RESIZING", "SUSPENDED", "REQUEUE_HOLD", "REQUEUE_FED"}
+
+# How long a job that sacct does not list yet counts as queued (accounting may lag a submission).
+UNKNOWN_GRACE_S = 300
 
 
 def import_submitit():
@@ -74,8 +78,13 @@ def job_states(out: Path, jobs: dict[str, dict[str, Any]]) -> dict[str, str]:
     for handle in handles.values():
         watcher.register_job(handle.job_id)
     watcher.update()
-    return {run_id: (handle.get_info(mode="cache").get("State") or "UNKNOWN").split()[0].upper()
-            for run_id, handle in handles.items()}
+    states = {}
+    for run_id, handle in handles.items():
+        state = (handle.get_info(mode="cache").get("State") or "UNKNOWN").split()[0].upper()
+        if state == "UNKNOWN" and time.time() - jobs[run_id].get("submitted_s", 0) > UNKNOWN_GRACE_S:
+            state = "LOST"  # sacct never heard of it: another cluster's, or its accounting reset; not waited on
+        states[run_id] = state
+    return states
 
 
 def gather(out: Path, states: dict[str, str], echo: Callable[[str], None]) -> None:
@@ -154,8 +163,10 @@ class SlurmLauncher:
         except (submitit.core.utils.FailedJobError, OSError) as e:
             first = str(e).strip().splitlines()[:1] or [e.__class__.__name__]
             raise ModformerError(f"sbatch refused the sweep's job array: {first[0]}") from None
-        lines = {run.run_id: {"run_id": run.run_id, "job_id": handle.job_id, "folder": str(folder.relative_to(self.out)),
-                              "submitted": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "base": self.runner.base_record(run)}
+        where = str(folder.relative_to(self.out))
+        lines = {run.run_id: {"run_id": run.run_id, "job_id": handle.job_id, "folder": where,
+                              "submitted": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "submitted_s": time.time(),
+                              "base": self.runner.base_record(run)}
                  for run, handle in zip(todo, handles)}
         with open(slurm_dir / "jobs.jsonl", "a") as f:
             f.write("".join(json.dumps(line) + "\n" for line in lines.values()))
@@ -165,6 +176,7 @@ class SlurmLauncher:
         """Submit every unfinished run not already queued or running; with `wait`, follow
         every job of the sweep to its end. Returns the results once every run has ended, else
         None (submitted, not followed)."""
+        import_submitit()  # before anything is written
         runs, todo = self.runner.pending()
         jobs = submitted_jobs(self.out)
         states = job_states(self.out, {r.run_id: jobs[r.run_id] for r in todo if r.run_id in jobs})
