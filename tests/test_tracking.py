@@ -133,3 +133,19 @@ def test_a_resumed_run_shows_each_step_once_in_tensorboard(tmp_path, tiny_config
     events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0}).Reload()
     got = [(e.step, pytest.approx(e.value, rel=1e-6)) for e in events.Scalars("train/loss")]
     assert got == expected(records, "train/loss") and [s for s, _ in got] == [3, 6, 9, 12]
+
+
+def test_a_sweep_groups_its_runs_in_the_trackers(tmp_path):
+    import yaml
+
+    from modformer.sweep.runner import SweepRunner
+    from modformer.sweep.spec import load_sweep
+
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump({"task": {"name": "condattend"}, "train": {"log_to": ["tensorboard"]},
+                                    "sweep": {"variants": ["standard"], "seeds": [0]}}))
+    runner = SweepRunner(load_sweep(path), tmp_path / "ra", echo=lambda m: None)
+    run = runner.sweep.runs()[0]
+    runner.out.mkdir()
+    cmd, _, _ = runner.prepare(run, threads=1)
+    assert yaml.safe_load(open(cmd[4]))["train"]["log_group"] == "ra"  # W&B group, MLflow experiment
