@@ -16,15 +16,17 @@ training function is `train_run`, not `train`: `modformer.train` is the package 
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
 
 from .config import RunConfig, config_from_dict, load_config
 from .configtools import apply_override
-from .errors import ConfigError
+from .errors import ConfigError, ModformerError
 from .evaluate import evaluate, load_run
 from .sweep.report import write_report
 from .sweep.runner import SweepRunner
+from .sweep.slurm import SlurmLauncher, live_runs
 from .sweep.spec import load_sweep
 from .train.trainer import Trainer
 
@@ -66,11 +68,28 @@ def evaluate_run(path: str | Path, *overrides: str) -> dict[str, Any]:
 
 
 def sweep(config_path: str | Path, out: str | Path, *overrides: str, workers: int | None = None,
-          echo=None) -> Path:
+          launcher: str | None = None, slurm: Mapping[str, Any] | None = None, wait: bool = False,
+          echo=None) -> Path | None:
     """Run (or continue) the sweep of a config with a `sweep` section into `out`, as
-    `modformer sweep`; returns the path of its Markdown report."""
+    `modformer sweep`; returns the path of its Markdown report. `launcher` and `slurm`
+    (keys of sweep.slurm) override the file's; with launcher slurm the runs are submitted as
+    one job array and, unless `wait`, None is returned at once (submit again to gather)."""
     spec = load_sweep(config_path, overrides)
     if workers is not None:
         spec.spec.workers = workers
-    SweepRunner(spec, Path(out), echo=echo).run()
+    if launcher is not None:
+        spec.spec.launcher = launcher
+    if slurm:
+        spec.spec.slurm = replace(spec.spec.slurm, **slurm)  # checked again by SlurmConfig.__post_init__
+    spec.spec.__post_init__()
+    runner = SweepRunner(spec, Path(out), echo=echo)
+    if spec.spec.launcher == "slurm":
+        if SlurmLauncher(runner, wait=wait).launch() is None:
+            return None
+    else:
+        live = live_runs(Path(out))
+        if live:
+            raise ModformerError(f"{len(live)} run(s) of {out} are queued or running in Slurm, e.g. {live[0]}: "
+                                 f"follow them with --launcher slurm --wait, or scancel them, before training locally")
+        runner.run()
     return write_report(Path(out))

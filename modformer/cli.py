@@ -15,14 +15,20 @@ from .analysis_commands import add_attention_command, add_usage_command
 from .bench import add_bench_command
 from .bridge.command import add_modules_command
 from .config import RunConfig, load_config
-from .configtools import describe, key_lines
+from .configtools import describe, field_help, key_lines
 from .data import named_sources
 from .errors import Interrupted, ModformerError
 from .generate import add_generate_command
 from .knowledge.convert import convert
 from .registry import FFNS, MIXERS, TASKS, VARIANTS
 from .sweep.report import summary_sections, write_report
+from .sweep.slurm_config import LAUNCHERS, SlurmConfig
 from .sweep.spec import SweepConfig
+from .sweep.status import format_status
+
+# `modformer sweep` options that set keys of sweep.slurm, with their types.
+SLURM_OPTIONS = {"partition": str, "time": str, "gpus_per_run": int, "cpus_per_run": int, "mem": str,
+                 "array_parallelism": int, "account": str, "qos": str}
 
 
 def _config_help() -> str:
@@ -72,8 +78,20 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    if args.status:
+        if args.config:
+            raise ModformerError("--status takes a sweep directory and nothing else: modformer sweep --status DIR")
+        print(format_status(Path(args.status)))
+        return 0
+    if not args.config:
+        raise ModformerError("name a sweep config (modformer sweep CONFIG), or a sweep directory with --status DIR")
     out = Path(args.out) if args.out else Path("runs") / "sweeps" / Path(args.config).stem
-    path = api.sweep(args.config, out, *args.overrides, workers=args.workers)
+    slurm = {key: getattr(args, key) for key in SLURM_OPTIONS if getattr(args, key) is not None}
+    path = api.sweep(args.config, out, *args.overrides, workers=args.workers, launcher=args.launcher,
+                     slurm=slurm, wait=args.wait)
+    if path is None:  # submitted to Slurm, not followed
+        print(f"submitted: {out}")
+        return 0
     print(f"\n{summary_sections(path.read_text())}\n\nsweep finished: {out}\nreport: {path}")
     return 0
 
@@ -155,10 +173,19 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train every variant at every grid point with every seed (the same grid for every variant), "
                     "several runs at once. Run the same command again to continue a stopped sweep.",
         epilog=_sweep_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
-    sw.add_argument("config", help="YAML run config plus a `sweep` section")
+    sw.add_argument("config", nargs="?", help="YAML run config plus a `sweep` section")
     sw.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. sweep.seeds=[0,1,2]")
     sw.add_argument("--out", help="sweep directory (default: runs/sweeps/<config name>)")
     sw.add_argument("--workers", type=int, help="runs at once (overrides sweep.workers)")
+    sw.add_argument("--status", metavar="DIR", help="say which runs of the sweep in DIR are done, queued, running, "
+                                                    "failed or cancelled, and stop")
+    sw.add_argument("--launcher", choices=LAUNCHERS, help="local (default) or slurm: submit the unfinished runs "
+                                                          "as one Slurm job array (overrides sweep.launcher)")
+    sw.add_argument("--wait", action="store_true", help="with --launcher slurm: follow the jobs to their end, "
+                                                        "then gather and report")
+    for key, kind in SLURM_OPTIONS.items():
+        sw.add_argument(f"--{key.replace('_', '-')}", type=kind, dest=key,
+                        help=f"overrides sweep.slurm.{key}: {field_help(SlurmConfig, key)}")
     sw.set_defaults(func=cmd_sweep)
 
     rp = sub.add_parser("report", help="write a sweep's Markdown report and plots",

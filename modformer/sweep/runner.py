@@ -33,7 +33,7 @@ from ..train.checkpoint import list_checkpoints
 from ..train.records import read_records
 from .spec import RunSpec, Sweep
 
-IGNORED_WHEN_RESUMING = {"workers"}  # sweep keys that may change between invocations
+IGNORED_WHEN_RESUMING = {"workers", "launcher", "slurm"}  # sweep keys that may change between invocations
 
 
 def read_results(sweep_dir: Path) -> dict[str, dict[str, Any]]:
@@ -84,19 +84,22 @@ class SweepRunner:
         return self.out / "runs" / run.run_id
 
     def _record(self, record: dict[str, Any]) -> None:
-        with self._lock, open(self.out / "results.jsonl", "a") as f:
-            f.write(json.dumps(record) + "\n")
+        with self._lock:
+            append_result(self.out, record)
 
-    def _base_record(self, run: RunSpec) -> dict[str, Any]:
+    def base_record(self, run: RunSpec) -> dict[str, Any]:
         return {"run_id": run.run_id, "variant": run.variant, "point": dict(run.point), "seed": run.seed,
                 "run_dir": str(self.run_dir(run).relative_to(self.out))}
 
-    def _train(self, run: RunSpec, threads: int) -> None:
-        if self._stopping:
-            return
+    def prepare(self, run: RunSpec, threads: int) -> tuple[list[str], dict[str, str], Path]:
+        """Write the config `run` starts with; return its `modformer train` command, the
+        environment variables it needs beyond the caller's, and its log file. Every launcher
+        starts a run this way: a local worker here, a Slurm job on its node."""
         run_dir = self.run_dir(run)
         config = run.config.to_dict()
         config["train"]["progress"] = False
+        if config["train"]["log_to"] and config["train"]["log_group"] is None:
+            config["train"]["log_group"] = self.out.name  # the trackers group a sweep's runs
         if config["train"]["threads"] is None:
             # A run keeps the thread count it started with: another count sums floats in
             # another order, and its resumption would no longer be bit-identical.
@@ -114,6 +117,12 @@ class SweepRunner:
         atomic_write_text(cfg_path, yaml.safe_dump(config, sort_keys=False))
         # --resume also covers a run killed before its first checkpoint: it starts over.
         cmd = [sys.executable, "-m", "modformer.cli", "train", str(cfg_path), "--out", str(run_dir), "--resume"]
+        return cmd, {"OMP_NUM_THREADS": str(config["train"]["threads"])}, log_path
+
+    def _train(self, run: RunSpec, threads: int) -> None:
+        if self._stopping:
+            return
+        cmd, env, log_path = self.prepare(run, threads)
         with open(log_path, "a") as log:
             # Started under the lock that `stop` takes: a run is either never started or
             # registered in time to be asked to stop. Own session: a Ctrl-C reaches the
@@ -123,22 +132,13 @@ class SweepRunner:
                     return
                 self.echo(f"start  {run.run_id}")
                 proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                        env={**os.environ, "OMP_NUM_THREADS": str(config["train"]["threads"])})
+                                        env={**os.environ, **env})
                 self._children.add(proc)
             code = proc.wait()
             with self._lock:
                 self._children.discard(proc)
-        if code == 0 and (run_dir / "summary.json").exists():
-            summary = json.loads((run_dir / "summary.json").read_text())
-            self._record({**self._base_record(run), "status": "done", "summary": summary})
-            test = summary["test"]
-            self.echo(f"done   {run.run_id}: test accuracy {test['accuracy']:.4f}, loss {test['loss']:.4f}")
-        elif code == 130:  # Interrupted: the training saved its checkpoint
-            self.echo(f"paused {run.run_id} (checkpoint saved)")
-        else:
-            tail = log_path.read_text().strip().splitlines()[-1:] or ["(no output)"]
-            self._record({**self._base_record(run), "status": "failed", "exit_code": code, "error": tail[0]})
-            self.echo(f"FAILED {run.run_id} (exit {code}): {tail[0]}  [log: {log_path}]")
+        with self._lock:
+            record_outcome(self.out, self.base_record(run), code, log_path, self.echo)
 
     def stop(self) -> None:
         with self._lock:
@@ -147,8 +147,9 @@ class SweepRunner:
                 if proc.poll() is None:
                     proc.send_signal(signal.SIGINT)
 
-    def run(self) -> dict[str, dict[str, Any]]:
-        """Train every unfinished run; return the results by run id."""
+    def pending(self) -> tuple[list[RunSpec], list[RunSpec]]:
+        """(every run, the unfinished ones): runs that finished unrecorded are recorded now,
+        and runs that start from missing weights are refused before anything starts."""
         self._check_same_sweep()
         runs = self.sweep.runs()
         done = {k for k, r in read_results(self.out).items() if r["status"] == "done"}
@@ -158,7 +159,7 @@ class SweepRunner:
             if run.run_id in done:
                 continue
             if summary.exists():  # finished, but the sweep was killed before recording it
-                self._record({**self._base_record(run), "status": "done", "summary": json.loads(summary.read_text())})
+                self._record({**self.base_record(run), "status": "done", "summary": json.loads(summary.read_text())})
                 continue
             todo.append(run)
         # A run that starts from another run's weights needs them now, unless it has its own checkpoint.
@@ -168,6 +169,11 @@ class SweepRunner:
         if missing:
             raise ModformerError(f"{len(missing)} run(s) start from weights that do not exist, e.g. {missing[0].run_id}: "
                                  f"train.init_from={missing[0].config.train.init_from} (train those runs first)")
+        return runs, todo
+
+    def run(self) -> dict[str, dict[str, Any]]:
+        """Train every unfinished run; return the results by run id."""
+        runs, todo = self.pending()
         workers = self.sweep.spec.workers
         threads = max(1, (os.cpu_count() or 1) // workers)
         fixed = sorted({run.config.train.threads for run in todo} - {None})  # where train.threads sets them
@@ -195,9 +201,48 @@ class SweepRunner:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         pool.shutdown(wait=True)
-        results = read_results(self.out)
-        failed = [k for k, r in results.items() if r["status"] == "failed"]
-        if failed:
-            raise ModformerError(f"{len(failed)} run(s) failed, e.g. {failed[0]}: {results[failed[0]]['error']} "
-                                 f"(logs under {self.out / 'logs'}; rerun the sweep to retry them)")
-        return results
+        return checked_results(self.out)
+
+
+def checked_results(out: Path) -> dict[str, dict[str, Any]]:
+    """The results of a sweep whose launcher has finished; one clear error if some failed."""
+    results = read_results(out)
+    failed = [k for k, r in results.items() if r["status"] == "failed"]
+    if failed:
+        raise ModformerError(f"{len(failed)} run(s) failed, e.g. {failed[0]}: {results[failed[0]]['error']} "
+                             f"(logs under {Path(out) / 'logs'}; rerun the sweep to retry them)")
+    return results
+
+
+def append_result(out: Path, record: dict[str, Any]) -> None:
+    """Append one record to results.jsonl in a single O_APPEND write, so that the line stays
+    whole beside another process's (two `modformer sweep` commands gathering one Slurm sweep)."""
+    fd = os.open(Path(out) / "results.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        os.write(fd, (json.dumps(record) + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def done_line(run_id: str, summary: dict[str, Any]) -> str:
+    test = summary["test"]
+    return f"done   {run_id}: test accuracy {test['accuracy']:.4f}, loss {test['loss']:.4f}"
+
+
+def record_outcome(out: Path, base: dict[str, Any], code: int, log_path: Path,
+                   echo: Callable[[str], None]) -> None:
+    """Record how one run's `modformer train` ended (exit status `code`): done with its
+    summary, or failed with the last line of its log. An interrupted run (130) saved its
+    checkpoint and is not recorded: started again, it continues."""
+    run_id, run_dir = base["run_id"], Path(out) / base["run_dir"]
+    if code == 0 and (run_dir / "summary.json").exists():
+        summary = json.loads((run_dir / "summary.json").read_text())
+        append_result(out, {**base, "status": "done", "summary": summary})
+        echo(done_line(run_id, summary))
+    elif code == 130:
+        echo(f"paused {run_id} (checkpoint saved)")
+    else:
+        tail = log_path.read_text().strip().splitlines()[-1:] if log_path.exists() else []
+        error = (tail or ["(no output)"])[0]
+        append_result(out, {**base, "status": "failed", "exit_code": code, "error": error})
+        echo(f"FAILED {run_id} (exit {code}): {error}  [log: {log_path}]")

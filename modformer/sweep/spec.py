@@ -8,6 +8,7 @@ A sweep file is a run config (sections model, task, train: the base of every run
       grid: {train.lr: [1.0e-3, 3.0e-3], train.batch_size: [128, 512]}
       seeds: [0, 1, 2]
       workers: 2
+      launcher: local            # or slurm: one job array (sweep.slurm, modformer/sweep/slurm.py)
 
 Every run is the base config with `model.variant`, one grid point and `train.seed` set.
 All runs are built and checked before the first starts, so a bad grid key fails at once.
@@ -28,6 +29,7 @@ from typing import Any, Sequence
 from ..config import RunConfig, config_from_dict, read_yaml
 from ..configtools import apply_override, from_dict, option, set_dotted, to_dict
 from ..errors import ConfigError
+from .slurm_config import LAUNCHERS, SlurmConfig
 
 
 @dataclass
@@ -39,6 +41,8 @@ class SweepConfig:
     workers: int = option(1, "runs trained at once, each in its own process")
     metric: str = option("accuracy", "validation metric that chooses each variant's best grid point")
     mode: str = option("max", "max or min: whether a larger metric is better")
+    launcher: str = option("local", "local: `workers` processes on this machine; slurm: one Slurm job array")
+    slurm: SlurmConfig = option(default_factory=SlurmConfig, help="what each run asks Slurm for (launcher slurm)")
 
     def __post_init__(self) -> None:
         if not self.variants:
@@ -47,6 +51,8 @@ class SweepConfig:
             raise ConfigError(f"sweep.seeds must be distinct and non-empty, got {self.seeds}")
         if self.workers < 1:
             raise ConfigError(f"sweep.workers must be positive, got {self.workers}")
+        if self.launcher not in LAUNCHERS:
+            raise ConfigError(f"sweep.launcher must be one of {', '.join(LAUNCHERS)}, got '{self.launcher}'")
         if self.mode not in ("max", "min"):
             raise ConfigError(f"sweep.mode must be max or min, got '{self.mode}'")
         for key, values in self.grid.items():

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from ..configtools import option
 from ..errors import ConfigError
 from ..precision import PRECISIONS
+from .tracking import TRACKERS
 
 
 @dataclass
@@ -42,6 +43,14 @@ class TrainConfig:
     compile: bool = option(
         False, "train through torch.compile of the model (the first step compiles: tens of seconds on a CPU); "
                "checkpoints, evaluation and resumption use the plain model and its parameter names")
+    log_to: list[str] = option(
+        default_factory=list, help="experiment trackers that also receive every record of metrics.jsonl, the config "
+                                   "and the plots: any of tensorboard, wandb, mlflow (pip install 'modformer[track]')")
+    log_group: str | None = option(
+        None, "the run's group in the trackers (W&B group, MLflow experiment); null: a sweep's folder name for its "
+              "runs, else the name of the run folder's parent")
+    mlflow_uri: str | None = option(
+        None, "MLflow tracking URI; null: $MLFLOW_TRACKING_URI, else a local file store `mlruns` in the current folder")
     induction_scores: bool = option(
         False, "at every validation evaluation, log each head's induction score (random tokens repeated twice) "
                "and plot them in induction.png")
@@ -63,5 +72,8 @@ class TrainConfig:
             raise ConfigError(f"train.precision must be one of {', '.join(PRECISIONS)}, got '{self.precision}'")
         if self.device not in ("cpu", "cuda", "auto") and not self.device.startswith("cuda:"):
             raise ConfigError(f"train.device must be cpu, cuda, cuda:N or auto, got '{self.device}'")
+        unknown = [name for name in self.log_to if name not in TRACKERS]
+        if unknown or len(set(self.log_to)) != len(self.log_to):
+            raise ConfigError(f"train.log_to must name distinct trackers of {', '.join(TRACKERS)}, got {self.log_to}")
         if self.threads is not None and self.threads < 1:
             raise ConfigError(f"train.threads must be positive or null, got {self.threads}")

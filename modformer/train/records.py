@@ -7,19 +7,35 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from ..files import atomic_write_text
+from .tracking import Tracker, scalars
 
 
 class MetricsLog:
     """Append-only JSON lines. On resume, `keep` drops records a killed run wrote after its
-    last checkpoint, so that a resumed run's file equals an uninterrupted run's."""
+    last checkpoint, so that a resumed run's file equals an uninterrupted run's. Every record
+    appended also goes to the run's trackers (train.log_to), from `track` until `close`."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
+        self.trackers: list[Tracker] = []
 
     def append(self, record: dict[str, Any]) -> None:
         with open(self.path, "a") as f:
             f.write(json.dumps(record) + "\n")
             f.flush()
+        if self.trackers:
+            step, values = scalars(record)
+            for tracker in self.trackers:
+                tracker.log(step, values)
+
+    def track(self, trackers: list[Tracker]) -> None:
+        self.trackers = list(trackers)
+
+    def close(self, images: list[Path]) -> None:
+        """End every tracker's run, sending it the plots `images` (PNG files)."""
+        trackers, self.trackers = self.trackers, []
+        for tracker in trackers:
+            tracker.finish(images)
 
     def records(self) -> list[dict[str, Any]]:
         return list(read_records(self.path))

@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 from ..analysis.induction import induction_scores, plot_induction_scores
 from ..config import RunConfig, config_from_dict
+from ..configtools import flatten
 from ..construction import budget, construction_label
 from ..errors import CheckpointError, ConfigError, Interrupted, ModformerError, TrainingDiverged
 from ..evaluate import checkpoint_file, evaluate
@@ -39,11 +40,12 @@ from .distributed import init_world
 from .optim import build_optimizer, learning_rate, schedule_description
 from .plots import plot_training_curves
 from .records import MetricsLog, NullMetricsLog
+from .tracking import RunInfo, check_installed, open_trackers
 
 # Keys that may change when a run is resumed: they change neither the weights nor the logged
-# numbers. (train.steps shapes the learning-rate schedule and train.threads the order of
+# numbers (the trackers only show them). (train.steps shapes the learning-rate schedule and train.threads the order of
 # float sums, so a change of either would break bit-identical resumption.)
-RESUMABLE_CHANGES = {"train.progress"}
+RESUMABLE_CHANGES = {"train.progress", "train.log_to", "train.log_group", "train.mlflow_uri"}
 
 
 def resolve_device(name: str) -> torch.device:
@@ -52,14 +54,6 @@ def resolve_device(name: str) -> torch.device:
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(f"train.device={name}, but no CUDA device is available (use cpu or auto)")
     return torch.device(name)
-
-
-def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
-    out = {}
-    for k, v in d.items():
-        key = f"{prefix}.{k}" if prefix else k
-        out.update(_flatten(v, key) if isinstance(v, dict) else {key: v})
-    return out
 
 
 class Interrupts:
@@ -137,7 +131,7 @@ class Trainer:
             old = config_from_dict(yaml.safe_load(saved.read_text()), saved=True)
         except (ConfigError, yaml.YAMLError) as e:
             raise ModformerError(f"cannot resume: the saved {saved} is unreadable ({e})") from None
-        before, after = _flatten(old.to_dict()), _flatten(self.cfg.to_dict())
+        before, after = flatten(old.to_dict()), flatten(self.cfg.to_dict())
         changed = sorted(k for k in set(before) | set(after)
                          if before.get(k) != after.get(k) and k not in RESUMABLE_CHANGES)
         if changed:
@@ -205,6 +199,7 @@ class Trainer:
     def _setup(self) -> int:
         """Build everything; return the step to start from."""
         cfg, tc = self.cfg, self.cfg.train
+        check_installed(tc.log_to)  # a missing tracker package stops the run before it starts
         # First: under torchrun each process takes its own GPU, and builds its model there.
         self.world, self.device = init_world(resolve_device(tc.device))
         if tc.threads is not None:
@@ -239,6 +234,10 @@ class Trainer:
         self.last_eval: dict[str, Any] | None = None
         self.window_loss, self.window_steps = 0.0, 0
         start = self._restore() if self.resume else 0
+        if self.world.main and tc.log_to:
+            info = RunInfo(run_dir=self.run_dir, name=str(self.run_dir), config=cfg.to_dict(), start_step=start,
+                           group=tc.log_group or self.run_dir.resolve().parent.name, mlflow_uri=tc.mlflow_uri)
+            self.metrics.track(open_trackers(tc.log_to, info))
         # DDP averages gradients in backward; evaluation and checkpoints use the plain model.
         self.step_model = self.model if self.world.size == 1 else torch.nn.parallel.DistributedDataParallel(
             self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
@@ -305,6 +304,12 @@ class Trainer:
 
     def run(self) -> dict[str, Any]:
         """Train to `train.steps` (from the latest checkpoint with resume); return the summary."""
+        try:
+            return self._train()
+        finally:  # the trackers' runs end with the run, stopped or failed too, with the plots there are
+            self.metrics.close([p for p in (self.run_dir / "curves.png", self.run_dir / "induction.png") if p.exists()])
+
+    def _train(self) -> dict[str, Any]:
         cfg, tc = self.cfg, self.cfg.train
         self.start = self._setup()
         bar = tqdm(total=tc.steps, initial=self.start, disable=not (tc.progress and self.world.main), dynamic_ncols=True,

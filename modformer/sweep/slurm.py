@@ -1,0 +1,211 @@
+"""Launching a sweep on a Slurm cluster: the unfinished runs as one job array, through submitit.
+
+Slurm and submitit do the scheduling; this module only describes the runs and gathers what
+they leave. Each array task runs on its node exactly what a local worker runs
+(`SweepRunner.prepare`: `python -m modformer.cli train CONFIG --out RUN_DIR --resume`, in the
+submitting folder, with the submitting PYTHONPATH, so parts named by import path import there
+as they do here; the node imports no modformer beyond that). The submitting side records each
+ended job in the sweep's results.jsonl when it follows (--wait) or submits again. So the same
+sweep folder resumes, gathers and reports as a local sweep does, whichever launcher ran which run.
+
+Besides the local layout (modformer/sweep/runner.py) a Slurm sweep folder holds::
+
+    slurm/jobs.jsonl              append-only: one line per submitted run (run id, job id, folder)
+    slurm/submission-N/           submitit's files of the N-th submission (a fresh folder each
+                                  time: Slurm's job ids may restart, and submitit would take an
+                                  old job's files for a new one's)
+
+A job that ends with its run's summary written is recorded as done; any other (a failed
+training, cancelled, out of time, its node lost) as failed with its Slurm state and the last
+line of the run's log; submitted again, the run continues from its last checkpoint. Runs whose
+jobs are still queued or running are never submitted twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from ..errors import ModformerError
+from ..train.records import read_records
+from .runner import SweepRunner, append_result, checked_results, done_line, read_results
+from .spec import RunSpec
+
+# Slurm states of a job that may still run (submitit's list, which it reads from sacct).
+LIVE = {"READY", "PENDING", "RUNNING", "UNKNOWN", "REQUEUED", "COMPLETING", "PREEMPTED", "CONFIGURING",
+        "RESIZING", "SUSPENDED", "REQUEUE_HOLD", "REQUEUE_FED"}
+
+# How long a job that sacct does not list yet counts as queued (accounting may lag a submission).
+UNKNOWN_GRACE_S = 300
+
+
+def import_submitit():
+    try:
+        import submitit
+    except ImportError:
+        raise ModformerError("the slurm launcher needs submitit: pip install 'modformer[slurm]'") from None
+    return submitit
+
+
+def job_command(cmd: list[str], env: dict[str, str], log_path: Path) -> list[str]:
+    """The command an array task runs on its node: the run's `modformer train` command with
+    its environment added to the node's (which holds what Slurm sets there, e.g. the GPUs),
+    its output appended to the run's log as a local worker's is."""
+    exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    # Slurm's warning signal before a time limit (submitit asks for USR2) would kill the
+    # training unsaved; the SIGTERM that follows lets it save a checkpoint first.
+    return ["bash", "-c", f"trap '' USR2; export {exports}; exec {shlex.join(cmd)} >>{shlex.quote(str(log_path))} 2>&1"]
+
+
+def submitted_jobs(out: Path) -> dict[str, dict[str, Any]]:
+    """run id -> its latest submission (job id, submitit folder), from slurm/jobs.jsonl."""
+    path = Path(out) / "slurm" / "jobs.jsonl"
+    return {r["run_id"]: r for r in read_records(path)} if path.exists() else {}
+
+
+def job_states(out: Path, jobs: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """run id -> the Slurm state of its latest job, one sacct call for all (through submitit)."""
+    if not jobs:
+        return {}
+    submitit = import_submitit()
+    handles = {run_id: submitit.SlurmJob(folder=Path(out) / j["folder"], job_id=j["job_id"])
+               for run_id, j in jobs.items()}
+    watcher = next(iter(handles.values())).watcher
+    for handle in handles.values():
+        watcher.register_job(handle.job_id)
+    watcher.update()
+    states = {}
+    for run_id, handle in handles.items():
+        state = (handle.get_info(mode="cache").get("State") or "UNKNOWN").split()[0].upper()
+        if state == "UNKNOWN" and time.time() - jobs[run_id].get("submitted_s", 0) > UNKNOWN_GRACE_S:
+            state = "LOST"  # sacct never heard of it: another cluster's, or its accounting reset; not waited on
+        states[run_id] = state
+    return states
+
+
+def gather(out: Path, states: dict[str, str], echo: Callable[[str], None]) -> None:
+    """Record each run whose latest job has ended (by `states`) and is not recorded yet: done
+    where it wrote its summary, else failed with its Slurm state and the last line of its log
+    (a training that failed, or a job killed by scancel, its time limit or a lost node)."""
+    jobs, results = submitted_jobs(out), read_results(out)
+    for run_id, state in states.items():
+        job, record = jobs[run_id], results.get(run_id, {})
+        if state in LIVE or record.get("slurm_job") == job["job_id"] or record.get("status") == "done":
+            continue
+        base = {**job["base"], "slurm_job": job["job_id"]}
+        summary = Path(out) / base["run_dir"] / "summary.json"
+        if summary.exists():
+            append_result(out, {**base, "status": "done", "summary": json.loads(summary.read_text())})
+            echo(done_line(run_id, json.loads(summary.read_text())))
+            continue
+        log = Path(out) / "logs" / f"{run_id}.log"
+        tail = log.read_text().strip().splitlines()[-1:] if log.exists() else []
+        error = (f"Slurm job {job['job_id']} ended {state}" + (f": {tail[0]}" if tail else "") +
+                 "; its checkpoints are kept: submit the sweep again to continue it")
+        append_result(out, {**base, "status": "failed", "slurm_state": state, "error": error})
+        echo(f"FAILED {run_id}: {error}  [log: {log}]")
+
+
+def live_runs(out: Path) -> list[str]:
+    """Runs of the sweep in `out` whose latest Slurm job may still run (none for a sweep never
+    submitted to Slurm): a local launcher must not train them at the same time."""
+    jobs = submitted_jobs(out)
+    return [run_id for run_id, state in job_states(out, jobs).items() if state in LIVE] if jobs else []
+
+
+class SlurmLauncher:
+    """Submits a sweep's unfinished runs as one job array and, with `wait`, follows them."""
+
+    def __init__(self, runner: SweepRunner, *, wait: bool = False):
+        self.runner = runner
+        self.out = runner.out
+        self.config = runner.sweep.spec.slurm
+        self.wait = wait
+        self.echo = runner.echo
+
+    def _executor(self, folder: Path):
+        submitit = import_submitit()
+        c = self.config
+        executor = submitit.SlurmExecutor(folder=folder)
+        params: dict[str, Any] = {"time": c.time, "cpus_per_task": c.cpus_per_run, "array_parallelism":
+                                  c.array_parallelism, "job_name": f"modformer-{self.out.name}",
+                                  "additional_parameters": dict(c.sbatch)}
+        for key, value in (("partition", c.partition), ("mem", c.mem), ("account", c.account), ("qos", c.qos),
+                           ("constraint", c.constraint), ("setup", c.setup or None),
+                           ("gpus_per_node", c.gpus_per_run or None)):
+            if value is not None:
+                params[key] = value
+        executor.update_parameters(**params)
+        return executor
+
+    def _submit(self, todo: list[RunSpec]) -> dict[str, dict[str, Any]]:
+        """Submit `todo` as one array; return run id -> its line of slurm/jobs.jsonl."""
+        slurm_dir = self.out / "slurm"
+        slurm_dir.mkdir(parents=True, exist_ok=True)
+        number = 1 + sum(1 for p in slurm_dir.glob("submission-*") if p.is_dir())
+        folder = slurm_dir / f"submission-{number}"
+        submitit = import_submitit()
+        calls = []
+        for run in todo:
+            cmd, env, log_path = self.runner.prepare(run, threads=self.config.cpus_per_run)
+            # The submitting folder and PYTHONPATH: parts named by import path import there as here.
+            env = {**env, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+            calls.append(submitit.helpers.CommandFunction(job_command(cmd, env, log_path), verbose=False,
+                                                          cwd=os.getcwd()))
+        executor = self._executor(folder)
+        try:
+            with executor.batch():
+                handles = [executor.submit(call) for call in calls]
+        except (submitit.core.utils.FailedJobError, OSError) as e:
+            first = str(e).strip().splitlines()[:1] or [e.__class__.__name__]
+            raise ModformerError(f"sbatch refused the sweep's job array: {first[0]}") from None
+        where = str(folder.relative_to(self.out))
+        lines = {run.run_id: {"run_id": run.run_id, "job_id": handle.job_id, "folder": where,
+                              "submitted": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "submitted_s": time.time(),
+                              "base": self.runner.base_record(run)}
+                 for run, handle in zip(todo, handles)}
+        with open(slurm_dir / "jobs.jsonl", "a") as f:
+            f.write("".join(json.dumps(line) + "\n" for line in lines.values()))
+        return lines
+
+    def launch(self) -> dict[str, dict[str, Any]] | None:
+        """Submit every unfinished run not already queued or running; with `wait`, follow
+        every job of the sweep to its end. Returns the results once every run has ended, else
+        None (submitted, not followed)."""
+        import_submitit()  # before anything is written
+        runs, todo = self.runner.pending()
+        jobs = submitted_jobs(self.out)
+        states = job_states(self.out, {r.run_id: jobs[r.run_id] for r in todo if r.run_id in jobs})
+        gather(self.out, states, self.echo)
+        live = {run_id for run_id, state in states.items() if state in LIVE}
+        submit = [run for run in todo if run.run_id not in live]
+        self.echo(f"sweep {self.out}: {len(runs)} runs, {len(runs) - len(todo)} already finished, "
+                  f"{len(live)} queued or running in Slurm, {len(submit)} to submit")
+        if submit:
+            lines = self._submit(submit)
+            array = sorted({line["job_id"].split("_")[0] for line in lines.values()})
+            self.echo(f"submitted {len(submit)} run(s) as Slurm job array {', '.join(array)} "
+                      f"(folder {self.out / 'slurm'})")
+        following = live | {run.run_id for run in submit}
+        if not following:  # every run has ended: gathered, as a local sweep ends
+            return checked_results(self.out)
+        if not self.wait:
+            self.echo(f"follow with: modformer sweep --status {self.out}; when every run has ended, submit the "
+                      f"same sweep again (or with --wait) to continue stopped runs and write the report")
+            return None
+        self._follow(following)
+        return checked_results(self.out)
+
+    def _follow(self, run_ids: set[str]) -> None:
+        """Wait until the latest job of every run in `run_ids` has ended, recording each."""
+        left = set(run_ids)
+        while left:
+            time.sleep(self.config.poll_seconds)
+            jobs = submitted_jobs(self.out)
+            states = job_states(self.out, {run_id: jobs[run_id] for run_id in left})
+            gather(self.out, states, self.echo)
+            left -= {run_id for run_id, state in states.items() if state not in LIVE}

@@ -1,0 +1,151 @@
+"""train.log_to: every metrics.jsonl record reaches TensorBoard, W&B (offline) and MLflow (a
+local store), read back with each tool's own reader or format. Offline and in seconds."""
+
+import json
+import struct
+
+import pytest
+
+from modformer.api import train_run
+from modformer.cli import main
+from modformer.errors import ConfigError
+from modformer.train import tracking
+from modformer.train.records import read_records
+from modformer.train.tracking import scalars
+
+
+def trained(tmp_path, tiny_config, monkeypatch, *trackers):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    cfg = tiny_config(f"train.log_to={json.dumps(list(trackers))}", "train.log_group=grid",
+                      f"train.mlflow_uri={(tmp_path / 'mlruns').as_uri()}")
+    run_dir = tmp_path / "run"
+    train_run(cfg, run_dir)
+    records = list(read_records(run_dir / "metrics.jsonl"))
+    return run_dir, records
+
+
+def expected(records, name):
+    """(step, value) of one scalar in every record that has it, as metrics.jsonl holds them."""
+    return [(step, values[name]) for step, values in map(scalars, records) if name in values]
+
+
+def test_records_are_named_by_split_or_kind():
+    step, values = scalars({"kind": "eval", "split": "validation", "step": 6, "accuracy": 0.5,
+                            "slices": {"n_pairs": {"2": {"accuracy": 1.0, "examples": 3}}}})
+    assert step == 6 and values == {"validation/accuracy": 0.5, "validation/slices/n_pairs/2/accuracy": 1.0,
+                                    "validation/slices/n_pairs/2/examples": 3.0}
+    assert scalars({"kind": "induction", "step": 2, "scores": [[0.1, 0.2]]})[1] == {
+        "induction/scores/0/0": 0.1, "induction/scores/0/1": 0.2}
+
+
+def test_tensorboard_event_files_hold_every_record(tmp_path, tiny_config, monkeypatch):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run_dir, records = trained(tmp_path, tiny_config, monkeypatch, "tensorboard")
+    events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "images": 0}).Reload()
+    for name in ("train/loss", "train/lr", "validation/accuracy", "test/accuracy"):
+        got = [(e.step, pytest.approx(e.value, rel=1e-6)) for e in events.Scalars(name)]
+        assert got == expected(records, name) and got
+    assert "plots/curves" in events.Tags()["images"]
+    assert any(tag.startswith("config") for tag in events.Tags()["tensors"])  # add_text keeps text as tensors
+
+
+def wandb_history(run_dir):
+    """The history rows of the offline W&B run in `run_dir`, read from its .wandb file: a
+    7-byte header, then LevelDB log records (32 KiB blocks) of protobuf `Record`s."""
+    from wandb.proto import wandb_internal_pb2
+
+    [path] = run_dir.glob("wandb/offline-run-*/run-*.wandb")
+    data, pos, block, chunks, rows = path.read_bytes(), 7, 32768, b"", []
+    while pos + 7 <= len(data):
+        if block - pos % block < 7:  # a block's tail too short for a header is padding
+            pos += block - pos % block
+            continue
+        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        chunks += data[pos + 7:pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 4):  # a whole record, or the last piece of one
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(chunks)
+            chunks = b""
+            if record.WhichOneof("record_type") == "history":
+                rows.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
+                             for item in record.history.item})
+        elif kind == 0:
+            break
+    return rows
+
+
+def test_wandb_offline_run_holds_every_record(tmp_path, tiny_config, monkeypatch):
+    pytest.importorskip("wandb")
+    run_dir, records = trained(tmp_path, tiny_config, monkeypatch, "wandb")
+    rows = wandb_history(run_dir)
+    for name in ("train/loss", "validation/accuracy", "test/accuracy"):
+        got = [(row["step"], pytest.approx(row[name], rel=1e-6)) for row in rows if name in row]
+        assert got == expected(records, name) and got
+    assert any(row.get("plots/curves/_type") == "image-file" for row in rows)
+    assert list(run_dir.glob("wandb/offline-run-*/files/media/images/plots/curves*.png"))
+
+
+def test_mlflow_store_holds_the_metrics_params_and_plots(tmp_path, tiny_config, monkeypatch):
+    pytest.importorskip("mlflow")
+    from mlflow.tracking import MlflowClient
+
+    run_dir, records = trained(tmp_path, tiny_config, monkeypatch, "mlflow")
+    client = MlflowClient(tracking_uri=(tmp_path / "mlruns").as_uri())
+    run = client.get_run((run_dir / "mlflow_run_id").read_text().strip())
+    assert client.get_experiment(run.info.experiment_id).name == "grid" and run.info.status == "FINISHED"
+    assert run.data.params["train.steps"] == "12" and run.data.params["model.d_model"] == "64"
+    for name in ("train/loss", "validation/accuracy", "test/accuracy"):
+        got = sorted((m.step, pytest.approx(m.value, rel=1e-6)) for m in client.get_metric_history(run.info.run_id, name))
+        assert got == expected(records, name) and got
+    assert [a.path for a in client.list_artifacts(run.info.run_id, "plots")] == ["plots/curves.png"]
+
+
+def test_unknown_or_missing_trackers_are_one_clear_error(tmp_path, tiny_config, monkeypatch, capsys):
+    with pytest.raises(ConfigError, match="train.log_to"):
+        tiny_config("train.log_to=[tensorbored]")
+    monkeypatch.setitem(tracking.TRACKERS, "mlflow", ("modformer.train.tracking.mlflow_log", "no_such_package_x"))
+    config = tmp_path / "c.yaml"
+    config.write_text("task: {name: condattend}\n")
+    assert main(["train", str(config), "train.log_to=[mlflow]", "train.steps=2", "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "pip install 'modformer[track]'" in err[0]
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_resumed_run_shows_each_step_once_in_tensorboard(tmp_path, tiny_config, monkeypatch):
+    """Killed after step 8's checkpoint having logged up to step 12: the resumed run redoes
+    9-12, and TensorBoard drops the killed process's values for them (purge_step)."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run_dir, _ = trained(tmp_path, tiny_config, monkeypatch, "tensorboard")
+    (run_dir / "checkpoints" / "step_0000012.safetensors").unlink()
+    (run_dir / "summary.json").unlink()
+    cfg = tiny_config("train.log_to=[tensorboard]", "train.log_group=grid",
+                      f"train.mlflow_uri={(tmp_path / 'mlruns').as_uri()}")
+    train_run(cfg, run_dir, resume=True)
+    records = list(read_records(run_dir / "metrics.jsonl"))
+    events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0}).Reload()
+    got = [(e.step, pytest.approx(e.value, rel=1e-6)) for e in events.Scalars("train/loss")]
+    assert got == expected(records, "train/loss") and [s for s, _ in got] == [3, 6, 9, 12]
+
+
+def test_a_sweep_groups_its_runs_in_the_trackers(tmp_path):
+    import yaml
+
+    from modformer.sweep.runner import SweepRunner
+    from modformer.sweep.spec import load_sweep
+
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump({"task": {"name": "condattend"}, "train": {"log_to": ["tensorboard"]},
+                                    "sweep": {"variants": ["standard"], "seeds": [0]}}))
+    runner = SweepRunner(load_sweep(path), tmp_path / "ra", echo=lambda m: None)
+    run = runner.sweep.runs()[0]
+    runner.out.mkdir()
+    cmd, _, _ = runner.prepare(run, threads=1)
+    assert yaml.safe_load(open(cmd[4]))["train"]["log_group"] == "ra"  # W&B group, MLflow experiment
