@@ -166,10 +166,19 @@ start() {
   wait_for MariaDB 60 port_open $db_port
   launch slurmdbd slurmdbd -D
   wait_for slurmdbd 30 port_open $dbd_port
+  local fresh=1
+  alive slurmctld && fresh=0
   launch slurmctld slurmctld -D -i
   wait_for slurmctld 30 scontrol ping
   launch slurmd slurmd -D -N "$(hostname -s)"
-  wait_for "the node" 30 bash -c "sinfo -h -N -o %T | grep -qE '^(idle|mixed|allocated)'"
+  if [ $fresh = 1 ]; then
+    # Jobs in the kept state belong to an earlier start whose daemons died or were stopped
+    # mid-job (a killed test run): Slurm would requeue them onto this node. This cluster is
+    # ours alone, so they are cancelled.
+    squeue -h -o %i | xargs -r scancel --quiet || true
+  fi
+  # A node still completing such a job takes a minute (Slurm resends the termination).
+  wait_for "the node" 120 bash -c "sinfo -h -N -o %T | grep -qE '^(idle|mixed|allocated)'"
   wait_for accounting 30 sacct -n -X -S now
   say "running (SLURM_CONF=$SLURM_CONF)"
 }
