@@ -60,6 +60,12 @@ def slurm_cluster():
     if started.returncode != 0:
         pytest.fail(f"scripts/slurm_local.sh start failed:\n{started.stderr[-2000:]}")
     conf = subprocess.run(["bash", str(SCRIPT), "env"], capture_output=True, text=True).stdout.split("=", 1)[1].strip()
+    # Each test process using the cluster leaves its pid here while it does: parallel workers
+    # (pytest -n) may each have started it, and only the last one out stops it.
+    users = Path(conf).parent.parent / "users"
+    users.mkdir(exist_ok=True)
+    me = users / str(os.getpid())
+    me.touch()
     previous = os.environ.get("SLURM_CONF")
     os.environ["SLURM_CONF"] = conf
     yield conf
@@ -67,8 +73,19 @@ def slurm_cluster():
         os.environ.pop("SLURM_CONF", None)
     else:
         os.environ["SLURM_CONF"] = previous
-    if not was_running:
+    me.unlink(missing_ok=True)
+    if not was_running and not any(_alive(int(p.name)) for p in users.iterdir() if p.name.isdigit()):
         subprocess.run(["bash", str(SCRIPT), "stop"], capture_output=True, timeout=120)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
 
 
 def comparable(results: dict) -> dict:
