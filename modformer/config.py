@@ -79,11 +79,15 @@ def _unread_ffn(model: ModelConfig) -> None:
     own_ffn = VARIANTS[model.variant].own_ffn
     if own_ffn is None:
         return
-    default, built = ModelConfig().ffn, own_ffn(model)
-    if model.ffn not in (default, built) or model.ffn_options:
-        key, value = ("ffn", model.ffn) if model.ffn not in (default, built) else ("ffn_options", model.ffn_options)
-        raise ConfigError(f"model.{key}={value} is not read by model.variant={model.variant}, which builds its own "
-                          f"feed-forward modules (those of model.ffn={built}): drop model.{key}")
+    built = own_ffn(model)
+    if model.ffn not in (ModelConfig().ffn, built):
+        key, value = "ffn", model.ffn
+    elif model.ffn_options:
+        key, value = "ffn_options", model.ffn_options
+    else:
+        return
+    raise ConfigError(f"model.{key}={value} is not read by model.variant={model.variant}, which builds its own "
+                      f"feed-forward modules (those of model.ffn={built}): drop model.{key}")
 
 
 def config_from_dict(data: dict[str, Any] | None, *, saved: bool = False) -> RunConfig:
