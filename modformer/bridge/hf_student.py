@@ -1,13 +1,19 @@
 """A Hugging Face causal LM as the student of an LLM-Modules experiment.
 
 `HFStudent` makes it look like a modformer student: token ids in, logits out, and named
-places where bridges attach (`input`: the output of its token embedding, where the
-reference feeds its bridge; `block_i`: the output of decoder layer i). It starts from its
+places where a call's `rewrite` (the bridges) changes the stream (`input`: the output of its
+token embedding, where the reference feeds its bridge; `block_i`: the output of decoder
+layer i). Its layers are Hugging Face's own, so the rewrite reaches them through forward
+hooks that live for that one call (the model's own gradient checkpointing would recompute a
+layer without them: leave it off). It starts from its
 trained weights (`pretrained`: the arms then fine-tune it, the paper's setting with
 GPT-Neo-125M) or from its config with fresh weights drawn from the run's seed.
 """
 
 from __future__ import annotations
+
+from contextlib import ExitStack
+from typing import Callable
 
 import torch
 from torch import nn
@@ -20,10 +26,19 @@ class HFStudent(nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+    def forward(self, ids: torch.Tensor, *,
+                rewrite: Callable[[str, torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
         """ids (B, S), right-padded (the model is causal: real positions never read padding)
-        -> logits (B, S, vocab)."""
-        return self.model(input_ids=ids, use_cache=False).logits
+        -> logits (B, S, vocab). With `rewrite`, the stream h (B, S, d) at each place becomes
+        rewrite(place, h)."""
+        with ExitStack() as hooks:
+            if rewrite is not None:
+                for place, module in self.bridge_points().items():
+                    hooks.callback(module.register_forward_hook(_hook(rewrite, place)).remove)
+            return self.model(input_ids=ids, use_cache=False).logits
+
+    def places(self) -> list[str]:
+        return list(self.bridge_points())
 
     @property
     def width(self) -> int:
@@ -44,6 +59,14 @@ class HFStudent(nn.Module):
         if layers is None:
             raise ModformerError(f"cannot find the {n} decoder layers of {type(self.model).__name__}")
         return {"input": self.model.get_input_embeddings(), **{f"block_{i}": layer for i, layer in enumerate(layers)}}
+
+
+def _hook(rewrite: Callable[[str, torch.Tensor], torch.Tensor], place: str):
+    def hook(_module, _inputs, output):
+        if isinstance(output, tuple):  # some Hugging Face layers return (hidden states, extras...)
+            return (rewrite(place, output[0]), *output[1:])
+        return rewrite(place, output)
+    return hook
 
 
 def load_hf_student(name: str, pretrained: bool, seed: int) -> HFStudent:

@@ -13,6 +13,16 @@ from .block import Block
 from .cache import KVCache
 from .hooks import HookPoint
 
+# (place, x (B, T, d_model)) -> x rewritten, same shape
+Rewrite = Callable[[str, torch.Tensor], torch.Tensor]
+
+
+def _rewritten(block: Block, rewrite: Rewrite, place: str) -> Callable[..., torch.Tensor]:
+    """The block followed by the call's rewrite at its place, as one step (recomputed together)."""
+    def step(x: torch.Tensor, *cache) -> torch.Tensor:
+        return rewrite(place, block(x, *cache))
+    return step
+
 
 class Transformer(nn.Module):
     """tokens (B, T) -> logits (B, T, vocab).
@@ -25,9 +35,12 @@ class Transformer(nn.Module):
     keeps only each block's input for backward and runs the block's forward again there,
     whenever gradients are being recorded: less memory for about one more forward pass, the
     same gradients. It is not part of the weights or their names. Hooks inside a block run
-    again in the recomputation and must give the same result there; `BridgedStudent`'s
-    bridges do not (they read teacher states set for the forward call only), and torch
-    stops the backward with a CheckpointError.
+    again in the recomputation and must give the same result there.
+
+    `rewrite` (an argument of one call, see `hidden_states`) lets a caller change the residual
+    stream at named places, `input` (after the embedding) and `block_i` (after block i), with
+    whatever that call brings: `BridgedStudent` passes its bridges reading the teacher's
+    states this way, so they are recomputed with their block under activation checkpointing.
     """
 
     def __init__(self, vocab_size: int, d_model: int, blocks: list[Block], *, norm_eps: float = 1e-5,
@@ -47,9 +60,15 @@ class Transformer(nn.Module):
     def vocab_size(self) -> int:
         return self.embed.num_embeddings
 
-    def hidden_states(self, tokens: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+    def places(self) -> list[str]:
+        """The places a `rewrite` is called at, in order."""
+        return ["input", *(f"block_{i}" for i in range(len(self.blocks)))]
+
+    def hidden_states(self, tokens: torch.Tensor, cache: KVCache | None = None, *,
+                      rewrite: Rewrite | None = None) -> torch.Tensor:
         """tokens (B, T) -> final normed hidden states (B, T, d_model). With `cache`, tokens
-        continue the cached ones (positions cache.length ..), and the cache is extended."""
+        continue the cached ones (positions cache.length ..), and the cache is extended. With
+        `rewrite`, the stream x (B, T, d_model) at each place becomes rewrite(place, x)."""
         offset = 0 if cache is None else cache.length
         x = self.embed(tokens)
         if self.positions is not None:
@@ -58,21 +77,26 @@ class Transformer(nn.Module):
                 raise ValueError(f"sequence length {end} exceeds model.max_seq_len={self.positions.num_embeddings}")
             x = x + self.positions.weight[offset:end]
         x = self.embed_out(x)
+        if rewrite is not None:
+            x = rewrite("input", x)
         recompute = self.activation_checkpointing and cache is None and torch.is_grad_enabled()
         for i, block in enumerate(self.blocks):
+            step = block if rewrite is None else _rewritten(block, rewrite, f"block_{i}")
             if cache is not None:
-                x = block(x, cache.layer(i))
+                x = step(x, cache.layer(i))
             elif recompute:  # non-reentrant: works with frozen blocks and inputs that need no grad
-                x = checkpoint(block, x, use_reentrant=False)
+                x = checkpoint(step, x, use_reentrant=False)
             else:
-                x = block(x)
+                x = step(x)
         if cache is not None:
             cache.length = offset + tokens.shape[1]
         return self.norm(x)
 
-    def forward(self, tokens: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
-        """tokens (B, T) int64 -> logits (B, T, vocab_size); see `hidden_states` for `cache`."""
-        h = self.hidden_states(tokens, cache)
+    def forward(self, tokens: torch.Tensor, cache: KVCache | None = None, *,
+                rewrite: Rewrite | None = None) -> torch.Tensor:
+        """tokens (B, T) int64 -> logits (B, T, vocab_size); see `hidden_states` for `cache`
+        and `rewrite`."""
+        h = self.hidden_states(tokens, cache, rewrite=rewrite)
         return h @ self.embed.weight.T if self.lm_head is None else self.lm_head(h)
 
     def new_cache(self) -> KVCache:
