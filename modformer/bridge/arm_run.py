@@ -15,7 +15,6 @@ items (`generation`: the bridges read only the text generated so far).
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,15 +26,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..analysis.common import evaluating
-from ..errors import ModformerError, TrainingDiverged
+from ..errors import Interrupted, ModformerError
 from ..model.config import ModelConfig
-from ..precision import autocast
 from ..tasks.base import IGNORE
-from ..train.checkpoint import load_model_state, load_optimizer_tensors, read_checkpoint, restore_rng, save_checkpoint
-from ..train.config import TrainConfig
-from ..train.optim import learning_rate
+from ..train.checkpoint import read_checkpoint, save_checkpoint
+from ..train.loop import TrainingLoop, resolve_device
+from ..train.optim import build_optimizer
 from ..variants import build_model
-from .arms import Arm
+from .arms import ARMS, Arm
 from .dataset import Batch, ModulesData, Rows
 from .generation import generate
 from .hf_student import load_hf_student
@@ -84,6 +82,10 @@ def build_student(cfg: ModulesConfig, arm: Arm, seed: int, data: ModulesData, te
     return bridged
 
 
+def _student_of(model: nn.Module) -> nn.Module:
+    return model.student if isinstance(model, BridgedStudent) else model
+
+
 def _modformer_student(cfg: ModulesConfig, seed: int, data: ModulesData, teacher: TeacherParts,
                        longest: int) -> nn.Module:
     sc = cfg.student
@@ -101,10 +103,19 @@ def _modformer_student(cfg: ModulesConfig, seed: int, data: ModulesData, teacher
     return student
 
 
-class ArmRun:
+class ArmRun(TrainingLoop):
+    """One arm and seed trained through the one training loop (`train/loop.py`): its batches
+    mix task items and corpus texts, its loss is the arm's, its evaluation the held-out
+    answers, its checkpoint one file that the experiment removes when the run is done."""
+
     def __init__(self, cfg: ModulesConfig, arm: Arm, seed: int, data: ModulesData, teacher: TeacherParts, pairing):
+        super().__init__()
         self.cfg, self.arm, self.seed, self.data, self.teacher, self.pairing = cfg, arm, seed, data, teacher, pairing
-        self.model = build_student(cfg, arm, seed, data, teacher)
+        self.settings = cfg.train
+        self.device = resolve_device(cfg.train.device)
+        self.model = build_student(cfg, arm, seed, data, teacher).to(self.device)
+        if cfg.train.activation_checkpointing:
+            _student_of(self.model).activation_checkpointing = True
         # The random arm's noise has one length, so that a text gets the same noise in every
         # batch; with its own tokenizer a generated student token may bring several teacher
         # states and a tail.
@@ -116,17 +127,24 @@ class ArmRun:
         """ids (B, S) student rows, states: teacher layer -> (B, K, d_t), visible (B, S, K) bool ->
         logits (B, S, V); each bridge reads its layer's states. Arms without a bridge ignore
         `states` and `visible`."""
-        if not self.arm.bridged:
-            return self.model(ids)
-        return self.model(ids, {place: states[layer] for place, layer in self.cfg.place_layers.items()}, visible)
+        return self._call(self.model, ids.to(self.device), states, visible)
 
-    def logits(self, batch: Batch) -> torch.Tensor:
-        """(B, S, V) logits of a batch of rows, its bridges reading its cached states or noise."""
+    def _call(self, model: nn.Module, ids: torch.Tensor, states: dict[int, torch.Tensor] | None,
+              visible: torch.Tensor | None) -> torch.Tensor:
         if not self.arm.bridged:
-            return self.model(batch.ids)
+            return model(ids)
+        return model(ids, {place: states[layer] for place, layer in self.cfg.place_layers.items()}, visible)
+
+    def logits(self, batch: Batch, model: nn.Module | None = None) -> torch.Tensor:
+        """(B, S, V) logits of a batch of rows (through `model`, default the plain student), its
+        bridges reading its cached states or noise."""
+        model = self.model if model is None else model
+        ids = batch.ids.to(self.device)
+        if not self.arm.bridged:
+            return model(ids)
         states = (self.noise(batch.rows, batch.keys) if self.arm.reads == "random" else
                   {layer: self.data.states(batch, layer) for layer in self.teacher.layers})
-        return self.forward(batch.ids, states, batch.visibility(self.arm.visibility == "leaky"))
+        return self._call(model, ids, states, batch.visibility(self.arm.visibility == "leaky"))
 
     def noise(self, rows: list[int], length: int) -> dict[int, torch.Tensor]:
         """layer -> (B, length, d_t) noise with that layer's per-dimension mean and std of the
@@ -145,31 +163,52 @@ class ArmRun:
         noise = out[:, :length] * self.teacher.std + self.teacher.mean  # (B, length, L, d_t)
         return {layer: noise[:, :, j] for j, layer in enumerate(self.teacher.layers)}
 
-    def loss(self, batch: Batch) -> torch.Tensor:
-        logits = self.logits(batch)
-        scored = batch.targets != IGNORE
-        ce = F.cross_entropy(logits[scored].float(), batch.targets[scored])
+    def loss(self, batch: Batch, model: nn.Module | None = None) -> torch.Tensor:
+        logits = self.logits(batch, model)
+        targets = batch.targets.to(self.device)
+        scored = targets != IGNORE
+        ce = F.cross_entropy(logits[scored].float(), targets[scored])
         if not self.arm.distill:
             return ce
         w, T = self.cfg.train.distill_weight, self.cfg.train.distill_temperature
-        final = self.data.states(batch, self.teacher.final_layer)[scored]  # (N, d_t): shared tokenizer
-        teacher_logits = (final @ self.teacher.head[self.data.vocab.ids].T).float()
+        final = self.data.states(batch, self.teacher.final_layer)[scored.cpu()]  # (N, d_t): shared tokenizer
+        teacher_logits = (final @ self.teacher.head[self.data.vocab.ids].T).float().to(self.device)
         kl = F.kl_div(F.log_softmax(logits[scored].float() / T, -1), F.log_softmax(teacher_logits / T, -1),
                       log_target=True, reduction="batchmean")
         return (1 - w) * ce + w * T * T * kl
 
-    # -- training --------------------------------------------------------------------------
-    def optimizer(self) -> torch.optim.AdamW:
+    # -- training: what the one loop reads ----------------------------------------------
+    def train_batch(self, step: int) -> Batch:
         tc = self.cfg.train
-        groups = []
-        for bridge, lr in ((True, tc.bridge_lr), (False, tc.student_lr)):
-            params = [p for n, p in self.model.named_parameters() if p.requires_grad and n.startswith("bridges.") == bridge]
-            for decay in (True, False):  # decay matrices, never norms or biases
-                chosen = [p for p in params if (p.ndim >= 2) == decay]
-                if chosen:
-                    groups.append({"params": chosen, "lr": lr, "base_lr": lr,
-                                   "weight_decay": tc.weight_decay if decay else 0.0})
-        return torch.optim.AdamW(groups, betas=(0.9, 0.95), fused=True)
+        return self.data.train_batch(self.seed, step, tc.batch_size, self.cfg.data.task_fraction)
+
+    def batch_loss(self, batch: Batch) -> tuple[torch.Tensor, float, int]:
+        loss = self.loss(batch, self.step_model)
+        return loss, loss.item(), batch.ids.numel()
+
+    def validate(self, done: int) -> None:
+        self.scores = self.answer_scores(self.data.held, "held_out")
+        self.log({"kind": "eval", "step": done, **self.scores})
+
+    def save(self, done: int) -> None:
+        """Every train.checkpoint_every steps and when stopped; never at the end, where the
+        run's summary replaces its checkpoint."""
+        if self.checkpoint is None or done == self.settings.steps:
+            return
+        save_checkpoint(self.checkpoint, done, self.model, self.optimizer, {**self.loop_state(), "scores": self.scores})
+        self.last_saved = done
+
+    def stop(self, done: int) -> None:
+        saved = "its state is saved; run the same command again to continue" if self.last_saved == done else \
+            "no state is saved (train.checkpoint_every is 0): it will start again"
+        raise Interrupted(f"{self.arm_name} seed {self.seed} interrupted at step {done}; {saved}")
+
+    def describe(self) -> str:
+        return f" of {self.arm.description}"
+
+    def learning_rates(self, step: int) -> dict[str, float]:
+        tc, factor = self.cfg.train, self.learning_rate(step)
+        return {"student_lr": factor * tc.student_lr, **({"bridge_lr": factor * tc.bridge_lr} if self.arm.bridged else {})}
 
     def train(self, log: Callable[[dict[str, Any]], None], checkpoint: Path | None = None) -> tuple[float, dict[str, float]]:
         """Train for `train.steps`; `log` receives the training and evaluation records.
@@ -179,51 +218,38 @@ class ArmRun:
         a function of (config, arm, seed), never of what ran before it in the process. With
         `checkpoint` (a file), the state is saved there every `train.checkpoint_every` steps and
         a run that finds one continues from it, bit for bit as if it had not stopped."""
-        with torch.random.fork_rng(devices=[]):
+        devices = [self.device.index or 0] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
             torch.manual_seed(self.seed)
             return self._train(log, checkpoint)
 
     def _train(self, log: Callable[[dict[str, Any]], None], checkpoint: Path | None) -> tuple[float, dict[str, float]]:
         tc = self.cfg.train
-        schedule = TrainConfig(lr=1.0, steps=tc.steps, warmup_steps=tc.warmup_steps, min_lr_ratio=0.1)
-        optimizer = self.optimizer()
-        params = [p for g in optimizer.param_groups for p in g["params"]]
-        names = {p: n for n, p in self.model.named_parameters() if p.requires_grad}
-        start, window, last, scores = 0, [], math.nan, {}
+        self.log, self.checkpoint, self.scores = log, checkpoint, {}
+        # One schedule with peak 1, scaled per group by the bridges' and the student's rates.
+        self.peak_lr = 1.0
+        lr_of = lambda name: tc.bridge_lr if name.startswith("bridges.") else tc.student_lr  # noqa: E731
+        self.optimizer = build_optimizer(self.model, tc, lr_of, peak_lr=1.0)
+        # The clipped norm sums the bridges' gradients first, as it always has (the float sum
+        # depends on the order; committed results reproduce bit for bit).
+        self.trainable = sorted((p for g in self.optimizer.param_groups for p in g["params"]),
+                                key=self._clip_order().__getitem__)
+        self.step_model = torch.compile(self.model) if tc.compile else self.model
+        start = 0
         if checkpoint is not None and checkpoint.is_file():
             saved = read_checkpoint(checkpoint)
-            load_model_state(self.model, saved.model, checkpoint)
-            load_optimizer_tensors(optimizer, names, saved.optimizer)
-            restore_rng(saved.rng)
-            start, window, last, scores = saved.step, saved.meta["window"], saved.meta["last"], saved.meta["scores"]
-        self.model.train()
-        for step in range(start, tc.steps):
-            batch = self.data.train_batch(self.seed, step, tc.batch_size, self.cfg.data.task_fraction)
-            for group in optimizer.param_groups:
-                group["lr"] = group["base_lr"] * learning_rate(step, schedule)
-            optimizer.zero_grad(set_to_none=True)  # not held through the forward
-            with autocast(torch.device("cpu"), tc.precision):
-                loss = self.loss(batch)
-            value = loss.item()
-            if not math.isfinite(value):
-                raise TrainingDiverged(f"the loss became {value} at step {step + 1} of {self.arm.description}; "
-                                       f"try lower learning rates")
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, tc.grad_clip if tc.grad_clip > 0 else math.inf)
-            optimizer.step()
-            window.append(value)
-            done = step + 1
-            if done % tc.log_every == 0 or done == tc.steps:
-                last = sum(window) / len(window)
-                log({"kind": "train", "step": done, "loss": last})
-                window = []
-            if done % tc.eval_every == 0 or done == tc.steps:
-                scores = self.answer_scores(self.data.held, "held_out")
-                log({"kind": "eval", "step": done, **scores})
-            if checkpoint is not None and tc.checkpoint_every and done % tc.checkpoint_every == 0 and done < tc.steps:
-                save_checkpoint(checkpoint, done, self.model, optimizer,
-                                {"window": window, "last": last, "scores": scores})
-        return last, scores
+            self.restore(saved, checkpoint)
+            start, self.scores = saved.step, saved.meta["scores"]
+        self.loop(start, desc=f"{self.arm_name}/seed {self.seed}")
+        return self.last_train_loss, self.scores
+
+    def _clip_order(self) -> dict[nn.Parameter, tuple[int, int, int]]:
+        named = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
+        return {p: (not n.startswith("bridges."), p.ndim < 2, i) for i, (n, p) in enumerate(named)}
+
+    @property
+    def arm_name(self) -> str:
+        return next((name for name, arm in ARMS.items() if arm == self.arm), self.arm.description)
 
     # -- scores ----------------------------------------------------------------------------
     @torch.no_grad()
@@ -235,10 +261,11 @@ class ArmRun:
             for start in range(0, len(rows), chunk):
                 batch = self.data.batch(rows, list(range(start, min(start + chunk, len(rows)))), answer_only=True)
                 logits = self.logits(batch).float()
-                scored = batch.targets != IGNORE
-                loss_sum += F.cross_entropy(logits[scored], batch.targets[scored], reduction="sum").item()
+                targets = batch.targets.to(self.device)
+                scored = targets != IGNORE
+                loss_sum += F.cross_entropy(logits[scored], targets[scored], reduction="sum").item()
                 tokens += int(scored.sum())
-                exact += int(((logits.argmax(-1) == batch.targets) | ~scored).all(1).sum())
+                exact += int(((logits.argmax(-1) == targets) | ~scored).all(1).sum())
         return {f"{name}_answer_loss": loss_sum / max(tokens, 1), f"{name}_answer_exact_tf": exact / max(len(rows), 1)}
 
 def exact_match(answers: list[str], expected: list[str]) -> float:

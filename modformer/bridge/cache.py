@@ -88,7 +88,8 @@ class TeacherStateCache:
         if dtype not in DTYPES:
             raise ModformerError(f"teacher cache dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
         folders = {layer: Path(folder) for layer, folder in folders.items()}
-        precision = resolve_precision(precision, torch.device("cpu"))
+        device = next(teacher.parameters()).device
+        precision = resolve_precision(precision, device)
         keys = {layer: fingerprint(teacher_name, layer, dtype, rows, keep, precision) for layer in folders}
         caches = {layer: cls._open(folders[layer], keys[layer]) for layer in folders}
         missing = [layer for layer, cache in caches.items() if cache is None]
@@ -118,7 +119,7 @@ class TeacherStateCache:
                 for i, r in enumerate(batch):
                     ids[i, :len(r)], mask[i, :len(r)] = r, 1
                 # right padding: a causal teacher's real positions ignore it
-                with autocast(torch.device("cpu"), precision):
+                with autocast(device, precision):
                     hidden_states = teacher.hidden(ids, mask, missing)
                 for states, hidden in zip(files, hidden_states):
                     hidden = hidden.cpu()

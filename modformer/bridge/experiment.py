@@ -34,6 +34,7 @@ from ..errors import ModformerError
 from ..files import atomic_write_folder, atomic_write_text, cache_root
 from ..precision import resolve_precision
 from ..train.checkpoint import read_checkpoint
+from ..train.loop import resolve_device
 from ..train.records import MetricsLog
 from .arm_run import TeacherParts, build_student, run_arm
 from .arms import ARMS
@@ -65,6 +66,10 @@ class ModulesExperiment:
     def __init__(self, cfg: ModulesConfig, out: Path, echo=print):
         self.cfg, self.out, self.echo = cfg, Path(out), echo
 
+    @property
+    def teacher_device(self) -> torch.device:
+        return resolve_device(self.cfg.teacher.device or self.cfg.train.device)
+
     def _started(self) -> bool:
         """Whether any run has begun here (before that, a failed start leaves nothing to keep)."""
         return any((self.out / "runs").glob("*/seed_*/metrics.jsonl"))
@@ -90,6 +95,7 @@ class ModulesExperiment:
         self._check_folder()
         started = time.perf_counter()
         model, self.tokenizer = load_teacher(cfg.teacher.name)
+        model.to(self.teacher_device)
         layers = self._layers(model)
         items = self._fitting(self._items(model))
         if cfg.data.max_items is not None and cfg.data.max_items < len(items):
@@ -222,7 +228,7 @@ class ModulesExperiment:
         rows = [torch.tensor(ids, dtype=torch.long) for ids, _ in self.data.sequences]
         keep = [k for _, k in self.data.sequences]
         keep = None if all(k is None for k in keep) else keep  # whole texts only (one tokenizer)
-        precision = resolve_precision(cfg.teacher.precision, torch.device("cpu"))
+        precision = resolve_precision(cfg.teacher.precision, self.teacher_device)
         folders = {layer: cache_root() / "teacher-states" / fingerprint(cfg.teacher.name, layer,
                                                                         cfg.teacher.cache_dtype, rows, keep, precision)
                    for layer in layers}
@@ -245,9 +251,10 @@ class ModulesExperiment:
             mean.append(states.mean(0))
             std.append(states.std(0))
         return TeacherParts(model=model, layers=layers, final_layer=final,
-                            embeddings=model.get_input_embeddings().weight.detach(),
-                            head=model.get_output_embeddings().weight.detach().float(), width=model.config.hidden_size,
-                            precision=resolve_precision(cfg.teacher.precision, torch.device("cpu")),
+                            embeddings=model.get_input_embeddings().weight.detach().cpu(),
+                            head=model.get_output_embeddings().weight.detach().float().cpu(),
+                            width=model.config.hidden_size,
+                            precision=resolve_precision(cfg.teacher.precision, self.teacher_device),
                             round_bf16=cfg.teacher.cache_dtype == "bf16",
                             mean=torch.stack(mean), std=torch.stack(std))
 
@@ -270,8 +277,9 @@ class ModulesExperiment:
                 self.echo(f"{arm_name} seed {seed}: training" + (f" from step {resumed}" if resumed else ""))
                 result = {"arm": arm_name, **run_arm(self.cfg, ARMS[arm_name], seed, self.data, self.teacher,
                                                      self.pairing, self.extract, log.append, EVAL_ITEMS, checkpoint),
-                          "precision": {part: resolve_precision(section.precision, torch.device("cpu"))
-                                        for part, section in (("teacher", self.cfg.teacher), ("train", self.cfg.train))}}
+                          "precision": {"teacher": resolve_precision(self.cfg.teacher.precision, self.teacher_device),
+                                        "train": resolve_precision(self.cfg.train.precision,
+                                                                   resolve_device(self.cfg.train.device))}}
                 atomic_write_text(folder / "summary.json", json.dumps(result, indent=1) + "\n")
                 checkpoint.unlink(missing_ok=True)  # the run is done: its summary and metrics are what is kept
                 self.echo(f"{arm_name} seed {seed}: held-out exact match {result['held_out_exact']:.3f}, training "

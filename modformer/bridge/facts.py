@@ -98,7 +98,7 @@ def greedy_answers(model, tokenizer, prompts: list[str], *, max_new_tokens: int 
     answers = []
     try:
         for start in range(0, len(prompts), batch_size):
-            batch = tokenizer(prompts[start:start + batch_size], return_tensors="pt", padding=True)
+            batch = tokenizer(prompts[start:start + batch_size], return_tensors="pt", padding=True).to(model.device)
             with torch.no_grad():
                 out = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False,
                                      pad_token_id=tokenizer.pad_token_id)

@@ -85,11 +85,12 @@ class LiveTeacher:
 
     def _forward(self, ids: torch.Tensor, mask: torch.Tensor | None, past) -> torch.Tensor:
         """ids (B, n) -> their states (L, B, n, d_t), float32 (rounded as the cached ones are)."""
-        with torch.no_grad(), autocast(torch.device("cpu"), self.teacher.precision):
+        device = next(self.teacher.model.parameters()).device
+        with torch.no_grad(), autocast(device, self.teacher.precision):
             out = self.teacher.model(input_ids=ids, attention_mask=mask, use_cache=True, output_hidden_states=True,
                                      **{self.cache_name: past})
         self.past = getattr(out, self.cache_name)
-        states = torch.stack([out.hidden_states[layer] for layer in self.teacher.layers]).float()
+        states = torch.stack([out.hidden_states[layer] for layer in self.teacher.layers]).float().cpu()
         return states.to(torch.bfloat16).float() if self.teacher.round_bf16 else states
 
 
@@ -123,7 +124,7 @@ def _greedy(run: ArmRun, rows: Rows, part: list[int]) -> list[list[int]]:
             visible = key_mask(texts, leaky=run.arm.visibility == "leaky")
             states = live.keys(texts) if live is not None else run.noise([rows.first + i for i in part],
                                                                            visible.shape[-1])
-        logits = run.forward(ids, states, visible)[:, -1]
+        logits = run.forward(ids, states, visible)[:, -1].cpu()
         logits[:, run.data.vocab.size:] = -float("inf")  # rows past the tokenizer's ids (a padded embedding)
         nxt = run.data.vocab.to_tokenizer(logits.argmax(-1))
         for n, token in zip(new, nxt.tolist()):

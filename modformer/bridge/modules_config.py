@@ -14,6 +14,7 @@ from ..config import read_yaml
 from ..configtools import apply_override, from_dict, option, to_dict
 from ..errors import ConfigError
 from ..precision import PRECISIONS
+from ..train.config import LoopConfig
 from .arms import ARMS
 from .packaged import NAME as PACKAGED_TEACHER
 
@@ -27,6 +28,8 @@ class TeacherSection:
     precision: str = option("auto", "the teacher's forward pass: fp32; bf16 autocast; or auto: bf16 where the device "
                                     "computes it natively (3x faster than fp32 on a CPU with AVX-512 BF16), fp32 "
                                     "elsewhere (emulated bf16 on an AVX2-only CPU can be several times slower)")
+    device: str | None = option(None, "where the teacher computes the states it is asked for (once per text: they are "
+                                      "cached): cpu, cuda, cuda:N or auto; null: train.device")
     cache_dtype: str = option("bf16", "teacher states on disk: float32 or bf16")
     batch_size: int = option(16, "texts per teacher forward pass when filling the cache")
     known_only: bool = option(True, "keep only the facts the teacher itself completes correctly (greedy)")
@@ -103,28 +106,26 @@ class DataSection:
 
 
 @dataclass
-class ArmTrainSection:
+class ArmTrainSection(LoopConfig):
+    """The one training loop's settings (`train.config.LoopConfig`: device, precision,
+    activation checkpointing, compile, schedule, cadence), with this experiment's defaults,
+    plus its two learning rates and what only its arms use."""
     steps: int = option(300, "optimizer steps per run (replaced when train.epochs is set)")
+    batch_size: int = option(32, "texts per step")
+    warmup_steps: int = option(30, "linear warmup, then cosine decay to train.min_lr_ratio of each peak")
+    weight_decay: float = option(0.01, "AdamW decoupled weight decay on matrices")
+    eval_every: int = option(100, "teacher-forced held-out loss every this many steps (and at the end)")
+    checkpoint_every: int = option(100, "save a run's state every this many steps (0: never); a stopped run "
+                                        "continues from its last save, bit for bit")
     epochs: float | None = option(
         None, "train for this many epochs over the task's training items instead of train.steps: steps = epochs x "
               "training items / task items per batch, rounded up (batches draw items with replacement, so each item "
               "is read that many times on average)")
-    batch_size: int = option(32, "texts per step")
     student_lr: float = option(5e-5, "peak learning rate of the student (reference 5e-5)")
     bridge_lr: float = option(1e-4, "peak learning rate of the bridges (reference 1e-4)")
-    warmup_steps: int = option(30, "linear warmup, then cosine decay to 10%")
-    weight_decay: float = option(0.01, "AdamW decoupled weight decay on matrices")
-    grad_clip: float = option(1.0, "global gradient-norm clip; 0 disables")
     distill_weight: float = option(0.5, "distill arm: loss = (1 - w) cross-entropy + w T^2 KL(teacher || student)")
     distill_temperature: float = option(1.0, "distill arm: softmax temperature T")
-    eval_every: int = option(100, "teacher-forced held-out loss every this many steps (and at the end)")
-    log_every: int = option(10, "training-loss records every this many steps")
-    checkpoint_every: int = option(100, "save a run's state every this many steps (0: never); a stopped run "
-                                        "continues from its last save, bit for bit")
     max_new_tokens: int = option(4, "greedy generation length when scoring exact match")
-    precision: str = option("fp32", "the student's training steps: fp32, bf16 autocast (weights stay fp32), or auto "
-                                    "(bf16 where native, else fp32)")
-    threads: int | None = option(None, "CPU threads for torch; null leaves torch's default")
 
 
 @dataclass
@@ -146,8 +147,9 @@ class ModulesConfig:
             self.arms = [a for a in ARMS if allowed.get(a, True)]
         checks = [
             (self.teacher.precision in PRECISIONS, f"teacher.precision must be one of {', '.join(PRECISIONS)}"),
-            (self.train.precision in PRECISIONS, f"train.precision must be one of {', '.join(PRECISIONS)}"),
             (self.teacher.cache_dtype in ("float32", "bf16"), "teacher.cache_dtype must be float32 or bf16"),
+            (self.teacher.device in (None, "cpu", "cuda", "auto") or self.teacher.device.startswith("cuda:"),
+             "teacher.device must be cpu, cuda, cuda:N, auto or null"),
             (self.student.embeddings in ("teacher", "random"), "student.embeddings must be teacher or random"),
             (self.data.task in ("facts", "arithmetic", "stratos"), "data.task must be facts, arithmetic or stratos"),
             (self.data.max_item_tokens is None or self.data.max_item_tokens >= 2,
@@ -162,12 +164,10 @@ class ModulesConfig:
             (self.data.corpus is not None or self.data.task_fraction == 1,
              "data.task_fraction must be 1 without a corpus (data.corpus: null)"),
             (self.data.max_items is None or self.data.max_items >= 2, "data.max_items must be at least 2 or null"),
-            (min(self.train.steps, self.train.batch_size, self.train.eval_every, self.train.log_every,
-                 self.train.max_new_tokens, self.student.n_layers, self.student.n_heads, self.data.corpus_rows,
+            (min(self.train.max_new_tokens, self.student.n_layers, self.student.n_heads, self.data.corpus_rows,
                  self.data.max_tokens, self.data.arithmetic_digits, self.teacher.batch_size) >= 1,
              "sizes, steps and counts must be positive"),
             (min(self.train.student_lr, self.train.bridge_lr) > 0, "learning rates must be positive"),
-            (self.train.checkpoint_every >= 0, "train.checkpoint_every must be 0 (never) or positive"),
             (0 <= self.train.distill_weight <= 1, "train.distill_weight must lie in [0, 1]"),
             (bool(self.seeds) and len(set(self.seeds)) == len(self.seeds), "seeds must be a non-empty list without repeats"),
             (bool(self.arms) and len(set(self.arms)) == len(self.arms), "arms must be a non-empty list without repeats"),
@@ -187,6 +187,9 @@ class ModulesConfig:
         if unknown:
             raise ConfigError(f"unknown arm '{unknown[0]}' (known: {', '.join(ARMS)})")
         self._check_student()
+        if self.train.activation_checkpointing and self.student.model != "modformer":
+            raise ConfigError("train.activation_checkpointing recomputes the blocks of a modformer student; a Hugging "
+                              "Face student's layers are its own: set it false")
 
     @property
     def place_layers(self) -> dict[str, int]:

@@ -1,4 +1,7 @@
-"""The `train` section of a run config."""
+"""The training settings: `LoopConfig`, what the one training loop (`train/loop.py`) reads,
+and `TrainConfig`, the `train` section of a run config, which adds what a run of a task
+needs. The LLM-Modules experiment's `train` section extends `LoopConfig` too
+(`bridge/modules_config.py`)."""
 
 from __future__ import annotations
 
@@ -11,13 +14,11 @@ from .tracking import TRACKERS
 
 
 @dataclass
-class TrainConfig:
-    seed: int = option(0, "seed of the initial weights and of the training stream")
+class LoopConfig:
     steps: int = option(1000, "optimizer steps")
     batch_size: int = option(64, "sequences per step")
-    lr: float = option(1e-3, "peak learning rate")
-    min_lr_ratio: float = option(0.1, "final learning rate as a fraction of the peak (cosine decay)")
     warmup_steps: int = option(100, "linear warmup steps from 0 to the peak")
+    min_lr_ratio: float = option(0.1, "final learning rate as a fraction of the peak (cosine decay)")
     weight_decay: float = option(0.1, "AdamW decoupled weight decay on matrices (never on norms or biases)")
     betas: tuple[float, float] = option((0.9, 0.95), "AdamW betas")
     grad_clip: float = option(1.0, "clip the global gradient norm to this; 0 disables")
@@ -27,15 +28,9 @@ class TrainConfig:
     device: str = option("cpu", "cpu, cuda, or auto (cuda when available)")
     threads: int | None = option(None, "CPU threads for torch; null leaves torch's default")
     eval_every: int = option(100, "evaluate on the held-out set every this many steps (and at the end)")
-    eval_batch_size: int = option(1000, "sequences per evaluation forward pass")
     log_every: int = option(10, "append a training record to metrics.jsonl every this many steps")
     checkpoint_every: int = option(200, "save a checkpoint every this many steps (and at the end); 0: only at the end")
-    keep_checkpoints: int = option(2, "how many of the latest checkpoints to keep")
     progress: bool = option(True, "show a progress bar")
-    init_from: str | None = option(
-        None, "a checkpoint file or run directory (its latest checkpoint) whose model weights start this run, "
-              "frozen ones included (fine-tuning); the optimizer, schedule and step start afresh. In a sweep, "
-              "{variant} and {seed} are replaced by the run's own")
     activation_checkpointing: bool = option(
         False, "keep only each block's input for backward and recompute the block's forward there "
                "(torch.utils.checkpoint): one block's activations held at a time instead of every block's, for "
@@ -43,6 +38,36 @@ class TrainConfig:
     compile: bool = option(
         False, "train through torch.compile of the model (the first step compiles: tens of seconds on a CPU); "
                "checkpoints, evaluation and resumption use the plain model and its parameter names")
+
+    def __post_init__(self) -> None:
+        for key in ("steps", "batch_size", "eval_every", "log_every"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"train.{key} must be positive, got {getattr(self, key)}")
+        for key in ("warmup_steps", "checkpoint_every", "weight_decay", "grad_clip"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"train.{key} must not be negative, got {getattr(self, key)}")
+        if not 0 <= self.min_lr_ratio <= 1:
+            raise ConfigError(f"train.min_lr_ratio must lie in [0, 1], got {self.min_lr_ratio}")
+        if not all(0 <= b < 1 for b in self.betas):
+            raise ConfigError(f"train.betas must lie in [0, 1), got {list(self.betas)}")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"train.precision must be one of {', '.join(PRECISIONS)}, got '{self.precision}'")
+        if self.device not in ("cpu", "cuda", "auto") and not self.device.startswith("cuda:"):
+            raise ConfigError(f"train.device must be cpu, cuda, cuda:N or auto, got '{self.device}'")
+        if self.threads is not None and self.threads < 1:
+            raise ConfigError(f"train.threads must be positive or null, got {self.threads}")
+
+
+@dataclass
+class TrainConfig(LoopConfig):
+    seed: int = option(0, "seed of the initial weights and of the training stream")
+    lr: float = option(1e-3, "peak learning rate")
+    eval_batch_size: int = option(1000, "sequences per evaluation forward pass")
+    keep_checkpoints: int = option(2, "how many of the latest checkpoints to keep")
+    init_from: str | None = option(
+        None, "a checkpoint file or run directory (its latest checkpoint) whose model weights start this run, "
+              "frozen ones included (fine-tuning); the optimizer, schedule and step start afresh. In a sweep, "
+              "{variant} and {seed} are replaced by the run's own")
     log_to: list[str] = option(
         default_factory=list, help="experiment trackers that also receive every record of metrics.jsonl, the config "
                                    "and the plots: any of tensorboard, wandb, mlflow (pip install 'modformer[track]')")
@@ -56,24 +81,12 @@ class TrainConfig:
                "and plot them in induction.png")
 
     def __post_init__(self) -> None:
-        for key in ("steps", "batch_size", "eval_every", "eval_batch_size", "log_every", "keep_checkpoints"):
+        super().__post_init__()
+        for key in ("eval_batch_size", "keep_checkpoints"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"train.{key} must be positive, got {getattr(self, key)}")
-        for key in ("warmup_steps", "checkpoint_every", "weight_decay", "grad_clip"):
-            if getattr(self, key) < 0:
-                raise ConfigError(f"train.{key} must not be negative, got {getattr(self, key)}")
         if self.lr <= 0:
             raise ConfigError(f"train.lr must be positive, got {self.lr}")
-        if not 0 <= self.min_lr_ratio <= 1:
-            raise ConfigError(f"train.min_lr_ratio must lie in [0, 1], got {self.min_lr_ratio}")
-        if not all(0 <= b < 1 for b in self.betas):
-            raise ConfigError(f"train.betas must lie in [0, 1), got {list(self.betas)}")
-        if self.precision not in PRECISIONS:
-            raise ConfigError(f"train.precision must be one of {', '.join(PRECISIONS)}, got '{self.precision}'")
-        if self.device not in ("cpu", "cuda", "auto") and not self.device.startswith("cuda:"):
-            raise ConfigError(f"train.device must be cpu, cuda, cuda:N or auto, got '{self.device}'")
         unknown = [name for name in self.log_to if name not in TRACKERS]
         if unknown or len(set(self.log_to)) != len(self.log_to):
             raise ConfigError(f"train.log_to must name distinct trackers of {', '.join(TRACKERS)}, got {self.log_to}")
-        if self.threads is not None and self.threads < 1:
-            raise ConfigError(f"train.threads must be positive or null, got {self.threads}")

@@ -3,42 +3,50 @@
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
 from torch import nn
 
-from .config import TrainConfig
+from .config import LoopConfig, TrainConfig
 
 
-def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Decay matrices and embeddings; never norms or biases (1-d). Frozen parameters are left out."""
-    decay, no_decay = [], []
-    for _, p in model.named_parameters():
+def parameter_groups(model: nn.Module, weight_decay: float,
+                     lr_scale: Callable[[str], float] | None = None) -> list[dict]:
+    """Decay matrices and embeddings; never norms or biases (1-d). Frozen parameters are left
+    out. `lr_scale` (parameter name -> factor, default 1) splits the groups further: a group's
+    learning rate is the schedule's times its `lr_scale`."""
+    groups: dict[tuple[float, bool], list[nn.Parameter]] = {}
+    for name, p in model.named_parameters():
         if p.requires_grad:
-            (decay if p.ndim >= 2 else no_decay).append(p)
-    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return [g for g in groups if g["params"]]
+            groups.setdefault((1.0 if lr_scale is None else lr_scale(name), p.ndim >= 2), []).append(p)
+    scales = dict.fromkeys(scale for scale, _ in groups)
+    order = [(scale, decay) for scale in scales for decay in (True, False) if (scale, decay) in groups]
+    return [{"params": groups[key], "weight_decay": weight_decay if key[1] else 0.0, "lr_scale": key[0]}
+            for key in order]
 
 
-def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
-    groups = parameter_groups(model, cfg.weight_decay)
+def build_optimizer(model: nn.Module, cfg: LoopConfig, lr_scale: Callable[[str], float] | None = None, *,
+                    peak_lr: float | None = None) -> torch.optim.AdamW:
+    groups = parameter_groups(model, cfg.weight_decay, lr_scale)
     if not groups:
         raise ValueError("the model has no trainable parameter")
     device = next(iter(groups[0]["params"])).device
     # The fused kernel is one pass over all parameters; it exists for CPU and CUDA.
     fused = device.type in ("cpu", "cuda")
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, fused=fused)
+    return torch.optim.AdamW(groups, lr=cfg.lr if peak_lr is None else peak_lr, betas=cfg.betas, fused=fused)
 
 
-def learning_rate(step: int, cfg: TrainConfig) -> float:
+def learning_rate(step: int, cfg: LoopConfig, peak: float | None = None) -> float:
     """Learning rate for optimizer step `step` (0-based): linear warmup, then cosine decay
-    from `lr` to `lr * min_lr_ratio` at the last step."""
+    from the peak (`peak`, default `cfg.lr`) to peak * min_lr_ratio at the last step."""
+    peak = cfg.lr if peak is None else peak
     if step < cfg.warmup_steps:
-        return cfg.lr * (step + 1) / cfg.warmup_steps
+        return peak * (step + 1) / cfg.warmup_steps
     span = max(cfg.steps - cfg.warmup_steps, 1)
     progress = min((step - cfg.warmup_steps) / span, 1.0)
-    floor = cfg.lr * cfg.min_lr_ratio
-    return floor + (cfg.lr - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+    floor = peak * cfg.min_lr_ratio
+    return floor + (peak - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
 def schedule_description(cfg: TrainConfig) -> dict:

@@ -8,36 +8,31 @@ and `curves.png`.
 from __future__ import annotations
 
 import json
-import math
 import os
-import signal
 import sys
-import threading
 import time
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 import yaml
-from tqdm import tqdm
 
 from ..analysis.induction import induction_scores, plot_induction_scores
 from ..config import RunConfig, config_from_dict
 from ..configtools import flatten
 from ..construction import budget, construction_label
-from ..errors import CheckpointError, ConfigError, Interrupted, ModformerError, TrainingDiverged
+from ..errors import CheckpointError, ConfigError, Interrupted, ModformerError
 from ..evaluate import checkpoint_file, evaluate
 from ..files import atomic_write_text, remove_stale_temporaries
-from ..precision import autocast, resolve_precision
+from ..precision import resolve_precision
 from ..registry import TASKS
 from ..tasks.base import IGNORE
 from ..variants import build_model
 from ..version import code_version
-from .checkpoint import (checkpoint_path, list_checkpoints, load_model_state, load_optimizer_tensors,
-                         read_checkpoint, restore_rng, save_checkpoint)
+from .checkpoint import checkpoint_path, list_checkpoints, load_model_state, read_checkpoint, save_checkpoint
 from .distributed import init_world
-from .optim import build_optimizer, learning_rate, schedule_description
+from .loop import TrainingLoop, resolve_device
+from .optim import build_optimizer, schedule_description
 from .plots import plot_training_curves
 from .records import MetricsLog, NullMetricsLog
 from .tracking import RunInfo, check_installed, open_trackers
@@ -48,45 +43,13 @@ from .tracking import RunInfo, check_installed, open_trackers
 RESUMABLE_CHANGES = {"train.progress", "train.log_to", "train.log_group", "train.mlflow_uri"}
 
 
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"train.device={name}, but no CUDA device is available (use cpu or auto)")
-    return torch.device(name)
+class Trainer(TrainingLoop):
+    """A run of one config's task: the one training loop (`loop.py`) reading the task's
+    batches and loss, in a run directory."""
 
-
-class Interrupts:
-    """Turns SIGINT/SIGTERM into a flag read between steps, so a checkpoint is never torn.
-    A second Ctrl-C raises KeyboardInterrupt at once."""
-
-    def __init__(self) -> None:
-        self.requested = False
-
-    @contextmanager
-    def installed(self):
-        if threading.current_thread() is not threading.main_thread():
-            yield self
-            return
-        previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-
-        def handle(signum, frame):
-            if self.requested and signum == signal.SIGINT:
-                raise KeyboardInterrupt
-            self.requested = True
-
-        for s in previous:
-            signal.signal(s, handle)
-        try:
-            yield self
-        finally:
-            for s, h in previous.items():
-                signal.signal(s, h)
-
-
-class Trainer:
     def __init__(self, cfg: RunConfig, run_dir: str | Path, *, resume: bool = False,
                  command: list[str] | None = None, echo: Callable[[str], None] | None = None):
+        super().__init__()
         self.cfg = cfg
         self.run_dir = Path(run_dir)
         self.resume = resume
@@ -94,7 +57,6 @@ class Trainer:
         self.echo = echo or (lambda msg: print(msg, file=sys.stderr))
         self.ckpt_dir = self.run_dir / "checkpoints"
         self.metrics = MetricsLog(self.run_dir / "metrics.jsonl")
-        self.interrupts = Interrupts()
 
     # -- run directory -------------------------------------------------------------------
     def _prepare_run_dir(self) -> None:
@@ -144,12 +106,9 @@ class Trainer:
         return {"config": self.cfg.to_dict(), "schedule": schedule_description(self.cfg.train),
                 "optimizer": {"name": "AdamW", "groups": [{k: v for k, v in g.items() if k != "params"}
                                                           for g in self.optimizer.param_groups]},
-                "code_version": code_version(),
-                # The running mean of the loss since the last log line, so a resumed run logs
-                # the same means as an uninterrupted one.
-                "loss_window": [self.window_loss, self.window_steps]}
+                "code_version": code_version(), **self.loop_state()}
 
-    def _save(self, step: int) -> None:
+    def save(self, step: int) -> None:
         if not self.world.main:
             self.last_saved = step
             return
@@ -171,11 +130,7 @@ class Trainer:
             raise CheckpointError(f"{e}; {self._fallback(found[:-1], path)}") from None
         if ckpt.step != step:
             raise CheckpointError(f"{path} is named for step {step} but holds step {ckpt.step}")
-        load_model_state(self.model, {k: v.to(self.device) for k, v in ckpt.model.items()}, path)
-        names = {p: n for n, p in self.model.named_parameters() if p.requires_grad}
-        load_optimizer_tensors(self.optimizer, names, ckpt.optimizer)
-        restore_rng(ckpt.rng)
-        self.window_loss, self.window_steps = ckpt.meta.get("loss_window", [0.0, 0])
+        self.restore(ckpt, path)
         # Drop what a killed run logged after this checkpoint, and a finished run's test
         # score, which is recomputed at the end.
         self.metrics.keep(lambda r: r.get("step", 0) <= step and r.get("split") != "test")
@@ -229,10 +184,9 @@ class Trainer:
         if self.world.any(problem is not None):
             raise problem or ModformerError(f"rank 0 could not prepare {self.run_dir} (its message says why)")
         self.optimizer = build_optimizer(self.model, tc)
+        self.settings, self.peak_lr, self.log = tc, tc.lr, self.metrics.append
         self.trainable = [p for p in self.model.parameters() if p.requires_grad]
-        self.last_saved: int | None = None
         self.last_eval: dict[str, Any] | None = None
-        self.window_loss, self.window_steps = 0.0, 0
         start = self._restore() if self.resume else 0
         if self.world.main and tc.log_to:
             info = RunInfo(run_dir=self.run_dir, name=str(self.run_dir), config=cfg.to_dict(), start_step=start,
@@ -245,22 +199,17 @@ class Trainer:
             self.step_model = torch.compile(self.step_model)
         if start > tc.steps:
             raise ModformerError(f"{self.run_dir} is already at step {start}, past train.steps={tc.steps}")
-        self.window_tokens, self.window_start, self.tokens_per_s = 0, time.perf_counter(), 0.0
         return start
 
-    def _step(self, step: int) -> tuple[float, float]:
-        """One optimizer step on training batch `step`; returns (loss, gradient norm)."""
+    def train_batch(self, step: int):
         tc = self.cfg.train
         batch = self.task.train_batch(tc.seed, step, tc.batch_size)
         if self.world.size > 1:
             batch = batch.narrow(*self.world.share(tc.batch_size))
-        batch = batch.to(self.device)
-        lr = learning_rate(step, tc)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
-        self.optimizer.zero_grad(set_to_none=True)  # the last step's gradients are not held through the forward
-        with autocast(self.device, tc.precision):
-            logits = self.step_model(batch.inputs)
+        return batch.to(self.device)
+
+    def batch_loss(self, batch) -> tuple[torch.Tensor, float, int]:
+        logits = self.step_model(batch.inputs)
         if self.world.size > 1:  # this share's token sum, over the global token count (see distributed.py)
             total = self.world.sum((batch.targets != IGNORE).sum().float())
             loss = self.task.loss(logits, batch, reduction="sum") * self.world.size / total
@@ -268,79 +217,34 @@ class Trainer:
         else:
             loss = self.task.loss(logits, batch)
             loss_value = loss.item()
-        if not math.isfinite(loss_value):
-            self._diverged("loss", loss_value, step)
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.trainable, tc.grad_clip if tc.grad_clip > 0 else math.inf)
-        if not math.isfinite(grad_norm):  # a finite loss can still have non-finite gradients
-            self._diverged("the gradient norm", float(grad_norm), step)
-        self.optimizer.step()
-        self.window_loss += loss_value
-        self.window_steps += 1
-        self.window_tokens += batch.inputs.numel() * self.world.size  # the global batch's tokens
-        return loss_value, float(grad_norm)
+        return loss, loss_value, batch.inputs.numel() * self.world.size  # the global batch's tokens
 
-    def _diverged(self, what: str, value: float, step: int) -> None:
-        good = self.last_saved or self.start
-        kept = (f"the last good checkpoint (step {good}) is kept in {self.ckpt_dir}" if good
-                else "no checkpoint had been written yet")
-        raise TrainingDiverged(f"{what} became {value} at step {step + 1}; {kept}. "
-                               f"Try a lower train.lr or train.grad_clip")
+    def describe(self) -> str:
+        return f" (run {self.run_dir})"
 
-    def _log(self, done: int, grad_norm: float) -> None:
-        now = time.perf_counter()
-        self.tokens_per_s = self.window_tokens / max(now - self.window_start, 1e-9)
-        self.metrics.append({"kind": "train", "step": done, "loss": self.window_loss / self.window_steps,
-                             "lr": learning_rate(done - 1, self.cfg.train), "grad_norm": grad_norm,
-                             "tokens_per_s": self.tokens_per_s})
-        self.window_loss, self.window_steps = 0.0, 0
-        self.window_tokens, self.window_start = 0, now
-
-    def _validate(self, done: int) -> None:
+    def validate(self, done: int) -> None:
         self.last_eval = self._evaluate("validation")
         self.metrics.append({"kind": "eval", "split": "validation", "step": done, **self.last_eval})
         if self.cfg.train.induction_scores:
             self.metrics.append({"kind": "induction", "step": done, "scores": self._induction().tolist()})
 
+    def stop_requested(self) -> bool:
+        # torchrun signals its workers one by one: all stop after the same step.
+        return self.world.any(self.interrupts.requested)
+
+    def progress_postfix(self) -> dict[str, str]:
+        return {} if self.last_eval is None else {"acc": f"{self.last_eval['accuracy']:.3f}"}
+
     def run(self) -> dict[str, Any]:
         """Train to `train.steps` (from the latest checkpoint with resume); return the summary."""
         try:
-            return self._train()
+            self.loop(self._setup(), desc=f"{self.cfg.model.variant}/{self.cfg.task.name}",
+                      show_progress=self.world.main)
+            return self._finish()
         finally:  # the trackers' runs end with the run, stopped or failed too, with the plots there are
             self.metrics.close([p for p in (self.run_dir / "curves.png", self.run_dir / "induction.png") if p.exists()])
 
-    def _train(self) -> dict[str, Any]:
-        cfg, tc = self.cfg, self.cfg.train
-        self.start = self._setup()
-        bar = tqdm(total=tc.steps, initial=self.start, disable=not (tc.progress and self.world.main), dynamic_ncols=True,
-                   desc=f"{cfg.model.variant}/{cfg.task.name}", file=sys.stderr)
-        self.model.train()
-        try:
-            with self.interrupts.installed():
-                for step in range(self.start, tc.steps):
-                    loss_value, grad_norm = self._step(step)
-                    done = step + 1
-                    if done % tc.log_every == 0 or done == tc.steps:
-                        self._log(done, grad_norm)
-                    if done % tc.eval_every == 0 or done == tc.steps:
-                        self._validate(done)
-                    if (tc.checkpoint_every and done % tc.checkpoint_every == 0) or done == tc.steps:
-                        self._save(done)
-                    bar.update(1)
-                    postfix = {"loss": f"{loss_value:.4f}", "tok/s": f"{self.tokens_per_s:,.0f}"}
-                    if self.last_eval is not None:
-                        postfix["acc"] = f"{self.last_eval['accuracy']:.3f}"
-                    bar.set_postfix(postfix, refresh=False)
-                    # torchrun signals its workers one by one: all stop after the same step.
-                    if self.world.any(self.interrupts.requested):
-                        self._stop(done)
-        finally:
-            bar.close()
-        return self._finish()
-
-    def _stop(self, done: int) -> None:
-        if self.last_saved != done:
-            self._save(done)
+    def stop(self, done: int) -> None:
         if self.world.main:
             self._plot()
         raise Interrupted(f"interrupted at step {done}; checkpoint saved. Continue with: "
