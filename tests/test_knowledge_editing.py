@@ -8,8 +8,16 @@ import pytest
 import torch
 
 from modformer.errors import ModformerError
-from modformer.knowledge.editing import (EditCase, EditConfig, Request, answered, continuations, edit, measure,
-                                         perplexity)
+from modformer.knowledge.editing import (
+    EditCase,
+    EditConfig,
+    Request,
+    answered,
+    continuations,
+    edit,
+    measure,
+    perplexity,
+)
 from modformer.knowledge.fold import fold_model, unfold_model_approximate
 
 transformers = pytest.importorskip("transformers")
