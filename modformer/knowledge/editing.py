@@ -135,7 +135,7 @@ def edit(model: nn.Module, requests: list[Request], patterns: list[str], cfg: Ed
         margin = None
         while True:
             loss, hit = _scores(model(inputs), targets, mask)
-            result.losses.append(float(loss.mean()))
+            result.losses.append(float(loss.detach().mean()))
             if hit.all() and margin is None:
                 margin = cfg.extra_steps
             if (margin is not None and margin <= 0) or result.steps >= cfg.max_steps:

@@ -51,6 +51,8 @@ class EditRunConfig:
     lr: dict[str, float] = option(default_factory=lambda: {"entries": 1e-3, "one_down_proj": 1e-3, "all_ffns": 1e-4},
                                   help="Adam learning rate per method")
     max_steps: int = option(60, "most optimizer steps per edit")
+    require_known: bool = option(True, "edit only capital facts the model answers (false: the first ones of the "
+                                       "fact set whatever it answers, for small or random models)")
     top_entries: int = option(32, "entries compared for the overlap of edited and fact-carrying entries")
     corpus: str = option("imdb", "held-out text")
     eval_blocks: int = option(4, "held-out blocks for the change in perplexity")
@@ -77,6 +79,25 @@ def entry_mass(model: nn.Module, requests: list[Request]) -> torch.Tensor:
     return torch.stack(rows)
 
 
+def fact_entries(model: nn.Module, facts: list, requests: list[Request], k: int) -> dict[str, Any]:
+    """Per known fact, its top-k entries by score mass at the answer position and the share of
+    the mass they hold; and how much the top-k sets of two facts overlap, within a kind of fact
+    (capital, symbol, ...) and across kinds (mean share of common entries)."""
+    if not requests:
+        return {"k": k, "facts": 0}
+    mass = entry_mass(model, requests)
+    top = [set(m.topk(k).indices.tolist()) for m in mass]
+    within, across = [], []
+    for i in range(len(facts)):
+        for j in range(i + 1, len(facts)):
+            (within if facts[i].kind == facts[j].kind else across).append(len(top[i] & top[j]) / k)
+    share = (mass.topk(k, dim=1).values.sum(1) / mass.sum(1)).tolist()
+    return {"k": k, "n_entries": mass.shape[1], "top": {f.prompt: sorted(t) for f, t in zip(facts, top)},
+            "top_share_mean": sum(share) / len(share), "uniform_share": k / mass.shape[1],
+            "overlap_within_kind": sum(within) / max(len(within), 1),
+            "overlap_across_kinds": sum(across) / max(len(across), 1)}
+
+
 def _overlap(a: torch.Tensor, b: torch.Tensor, k: int) -> float:
     """Share of the top-k indices of a that are among the top-k of b."""
     return len(set(a.topk(k).indices.tolist()) & set(b.topk(k).indices.tolist())) / k
@@ -93,7 +114,7 @@ def run_edits(cfg: EditRunConfig, out: Path) -> Path:
     known = known_fact_list(pre, out)
     candidates, unrelated_prompts = edit_facts()
     main = answered(model, [request(tok, f.prompt, f.answer) for f in candidates])
-    usable = [f for f, ok in zip(candidates, main.tolist()) if ok]
+    usable = [f for f, ok in zip(candidates, main.tolist()) if ok or not cfg.require_known]
     if len(usable) < max(cfg.sizes):
         raise ModformerError(f"the model answers {len(usable)} of the capital facts, fewer than {max(cfg.sizes)}")
     usable = usable[:max(cfg.sizes)]
@@ -114,6 +135,7 @@ def run_edits(cfg: EditRunConfig, out: Path) -> Path:
         true_paraphrases = [p for f in usable for p in f.case(tok, new=False).paraphrases]
         append_record(records, "before", {
             "facts": [f.subject for f in usable], "known_facts": len(known),
+            "fact_entries": fact_entries(shared, known, fact_requests(tok, known), cfg.top_entries),
             "true_paraphrases_answered": float(answered(model, true_paraphrases).float().mean()),
             "measures": asdict(measure(model, cases, others, unrelated, blocks))}, t)
     for method in cfg.methods:

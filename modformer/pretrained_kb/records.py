@@ -25,9 +25,10 @@ def done_keys(path: Path) -> set[str]:
 
 def append_record(path: Path, key: str, record: dict[str, Any], started: float) -> dict[str, Any]:
     """Append `record` under `key` with the code version, the command and the seconds since `started`."""
+    program = Path(sys.argv[0]).name
+    command = ["modformer", *sys.argv[1:]] if program in ("modformer", "cli.py") else sys.argv
     full = {"key": key, **record, "seconds": round(time.time() - started, 1), "code_version": code_version(),
-            "command": " ".join(["modformer", *sys.argv[1:]]) if sys.argv[0].endswith("modformer") else
-            " ".join(sys.argv)}
+            "command": " ".join(command)}
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as f:  # one line, flushed at once: a killed run leaves whole lines
         f.write(json.dumps(full) + "\n")
