@@ -48,14 +48,14 @@ class EditRunConfig:
     sizes: list[int] = option(default_factory=lambda: [1, 5, 20], help="facts edited at once")
     seeds: list[int] = option(default_factory=lambda: [0, 1, 2], help="seeds drawing the facts (sizes below all)")
     methods: list[str] = option(default_factory=lambda: list(METHODS), help=f"of {', '.join(METHODS)}")
-    lr: dict[str, float] = option(default_factory=lambda: {"entries": 1e-3, "one_down_proj": 1e-3, "all_ffns": 1e-4},
-                                  help="Adam learning rate per method")
+    lr: dict[str, float] = option(default_factory=lambda: {"entries": 3e-4, "one_down_proj": 1e-3, "all_ffns": 3e-5},
+                                  help="Adam learning rate per method (set so that one edit takes several steps)")
     max_steps: int = option(60, "most optimizer steps per edit")
     require_known: bool = option(True, "edit only capital facts the model answers (false: the first ones of the "
                                        "fact set whatever it answers, for small or random models)")
     top_entries: int = option(32, "entries compared for the overlap of edited and fact-carrying entries")
     corpus: str = option("imdb", "held-out text")
-    eval_blocks: int = option(4, "held-out blocks for the change in perplexity")
+    eval_blocks: int = option(2, "held-out blocks for the change in perplexity (the ladder's first ones)")
     block_len: int = option(512, "tokens per block")
     unrelated_tokens: int = option(4, "greedy tokens of each unrelated prompt that must stay unchanged")
     threads: int = option(1, "torch threads")
@@ -168,6 +168,11 @@ def run_edits(cfg: EditRunConfig, out: Path) -> Path:
                              "chance_overlap": k / change.numel()}
                     target = fold_model(target)  # the same function, scored at an FFN's speed
                 measures = measure(target, cases, others, unrelated, blocks)
+                kinds = [k.kind for k in known if not (k.kind == "capital" and any(
+                    k.subject == f.subject for f in facts))]
+                hits = answered(target, others).tolist()
+                extra["specificity_by_kind"] = {
+                    kind: sum(h for h, k in zip(hits, kinds) if k == kind) / kinds.count(kind) for kind in set(kinds)}
                 rec = append_record(records, key, {
                     "method": method, "size": size, "seed": seed, "facts": [f.subject for f in facts],
                     "new_answers": [f.new_answer for f in facts], "parameters": result.parameters,

@@ -70,7 +70,8 @@ def text_blocks(tokenizer: Any, *, source: str = "imdb", n_blocks: int, length: 
 
 def request(tokenizer: Any, prompt: str, answer: str) -> Request:
     """The prompt's ids (as `known_facts` tokenizes it) and the ids of ' ' + answer."""
-    return Request(tuple(tokenizer(prompt).input_ids), tuple(tokenizer(" " + answer, add_special_tokens=False).input_ids))
+    answer_ids = tokenizer(" " + answer, add_special_tokens=False).input_ids
+    return Request(tuple(tokenizer(prompt).input_ids), tuple(answer_ids))
 
 
 def fact_requests(tokenizer: Any, facts: list[Fact]) -> list[Request]:

@@ -80,8 +80,8 @@ def _edits(records: list[dict[str, Any]], out: Path) -> list[str]:
                       f"{m['perplexity']:.3f}."]
     fe = before.get("fact_entries", {}) if before else {}
     if fe.get("top_share_mean") is not None:
-        lines += ["", f"Which entries hold a fact: over the {len(fe['top'])} known facts, the top {fe['k']} of the "
-                      f"{fe['n_entries']} entries (score mass at the answer position, summed over the layers) hold "
+        lines += ["", f"Which entries hold a fact: over the {len(fe['top'])} known facts, the top {fe['k']} "
+                      f"of the {fe['n_entries']} entries (score mass at the answer position, summed over the layers) hold "
                       f"{fe['top_share_mean']:.1%} of the mass on average (uniform: {fe['uniform_share']:.1%}); two facts "
                       f"of one kind share {fe['overlap_within_kind']:.1%} of their top entries, facts of different "
                       f"kinds {fe['overlap_across_kinds']:.1%}."]
@@ -101,6 +101,14 @@ def _edits(records: list[dict[str, Any]], out: Path) -> list[str]:
                      f"{_mean([m['generalisation'] for m in ms])} | {_mean([m['specificity'] for m in ms])} | "
                      f"{_mean([m['unrelated'] for m in ms])} | {_mean([m['perplexity'] for m in ms])} | {delta} | "
                      f"{_mean([r['edit_seconds'] for r in rs])} |")
+    kinds = sorted({k for r in runs for k in r.get("specificity_by_kind", {})})
+    if kinds:
+        lines += ["", "Specificity by kind of fact (share of the other known facts still answered):", "",
+                  "| method | facts edited | " + " | ".join(kinds) + " |", "|---|---|" + "---|" * len(kinds)]
+        for (method, size), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+            lines.append(f"| {method} | {size} | " + " | ".join(
+                _mean([r["specificity_by_kind"][k] for r in rs if k in r.get("specificity_by_kind", {})])
+                for k in kinds) + " |")
     entry_runs = [r for r in runs if "overlap_changed_vs_mass" in r]
     if entry_runs:
         k = len(entry_runs[0]["top_changed_entries"])
