@@ -27,6 +27,11 @@ def test_ladder_edits_and_report_on_a_local_llama_folder(tiny_teacher, tmp_path,
     assert edits["entries/2/0"]["parameters"] == ["knowledge.entries"]
     assert edits["one_down_proj/1/0"]["parameters"] == ["blocks.1.ffn.down_proj.weight"]
     assert all(0 <= v <= 1 for v in edits["entries/1/0"]["overlap_changed_vs_mass"])
+    assert main(["kb-pretrained", "repair", *common, "point=[1, 0.5]", "steps=2", "train_len=8", "lr=0.001",
+                 "eval_blocks=1", "block_len=8", "batch_size=1", "--out", str(out)]) == 0
+    repair = {r["arm"]: r for r in map(json.loads, (out / "repair.jsonl").read_text().splitlines())}
+    assert set(repair) == {"entries", "entries_and_maps"} and len(repair["entries"]["losses"]) == 2
+    assert repair["entries"]["trained_parameters"] == 64 * 32 < repair["entries_and_maps"]["trained_parameters"]
     report = (out / "report.md").read_text()
     assert "Compression ladder" in report and "Editing facts" in report
     assert (out / "perplexity_vs_parameters.png").stat().st_size > 0

@@ -80,11 +80,11 @@ def _edits(records: list[dict[str, Any]], out: Path) -> list[str]:
                       f"{m['perplexity']:.3f}."]
     fe = before.get("fact_entries", {}) if before else {}
     if fe.get("top_share_mean") is not None:
-        lines += ["", f"Which entries hold a fact: over the {len(fe['top'])} known facts, the top {fe['k']} "
-                      f"of the {fe['n_entries']} entries (score mass at the answer position, summed over the layers) hold "
-                      f"{fe['top_share_mean']:.1%} of the mass on average (uniform: {fe['uniform_share']:.1%}); two facts "
-                      f"of one kind share {fe['overlap_within_kind']:.1%} of their top entries, facts of different "
-                      f"kinds {fe['overlap_across_kinds']:.1%}."]
+        lines += ["", f"Which entries hold a fact: over the {len(fe['top'])} known facts, the top "
+                      f"{fe['k']} of the {fe['n_entries']} entries (score mass at the answer position, summed over "
+                      f"the layers) hold {fe['top_share_mean']:.1%} of the mass on average (uniform: "
+                      f"{fe['uniform_share']:.1%}); two facts of one kind share {fe['overlap_within_kind']:.1%} of "
+                      f"their top entries, facts of different kinds {fe['overlap_across_kinds']:.1%}."]
     lines += ["", "Mean ± std over seeds (the 20-fact edit has no randomness: one run).", "",
               "| method | facts edited | runs | steps | all answered | efficacy | generalisation | specificity | "
               "unrelated unchanged | perplexity | change in perplexity | edit time (s) |",
