@@ -30,10 +30,11 @@ class RepairConfig:
     model: str = option(NAME, "the packaged SmolLM2 name or a local Hugging Face Llama folder")
     point: list[float] = option(default_factory=lambda: [1.0, 0.875], help="(n_E, d_E) as fractions of d_ff")
     arms: list[str] = option(default_factory=lambda: list(ARMS), help=f"of {', '.join(ARMS)}")
-    steps: int = option(24, "optimizer steps")
+    steps: int = option(16, "optimizer steps")
     batch_size: int = option(2, "training blocks per step")
     train_len: int = option(256, "tokens per training block")
-    lr: float = option(1e-4, "Adam learning rate")
+    lr: float = option(1e-3, "Adam learning rate of E (its entries are of unit scale)")
+    maps_lr: float = option(1e-4, "Adam learning rate of the per-layer maps (of the FFN weights' scale)")
     corpus: str = option("imdb", "text: evaluation blocks first, training blocks after them")
     eval_blocks: int = option(12, "held-out blocks for perplexity (the ladder's)")
     block_len: int = option(512, "tokens per held-out block")
@@ -68,7 +69,9 @@ def run_repair(cfg: RepairConfig, out: Path) -> Path:
         names = sorted({n for pattern in ARMS[arm] for n in matching_parameters(model, pattern)})
         for n, p in params.items():
             p.requires_grad_(n in names)
-        optimizer = torch.optim.Adam([params[n] for n in names], lr=cfg.lr)
+        optimizer = torch.optim.Adam([{"params": [params[n] for n in names if n == "knowledge.entries"], "lr": cfg.lr},
+                                      {"params": [params[n] for n in names if n != "knowledge.entries"],
+                                       "lr": cfg.maps_lr}])
         losses = []
         model.train()
         for step in range(cfg.steps):
@@ -84,7 +87,8 @@ def run_repair(cfg: RepairConfig, out: Path) -> Path:
         trained = sum(params[n].numel() for n in names)
         rec = append_record(records, key, {
             "arm": arm, "n_entries": n_entries, "d_entry": d_entry, "steps": cfg.steps,
-            "tokens_trained": cfg.steps * cfg.batch_size * cfg.train_len, "lr": cfg.lr, "trained_parameters": trained,
+            "tokens_trained": cfg.steps * cfg.batch_size * cfg.train_len, "lr": cfg.lr, "maps_lr": cfg.maps_lr,
+            "trained_parameters": trained,
             "parameters": coefficient_parameters(mc.n_layers, mc.d_model, n_entries, d_entry, shared=True),
             "losses": losses, **score(fold_model(model), blocks, facts)}, t)
         print(f"{key}: perplexity {rec['perplexity']:.3f}, facts {rec['facts_answered']}/{rec['facts_total']}, "
