@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..bridge.facts import Fact
 from ..bridge.packaged import NAME
 from ..configtools import option
 from ..errors import ModformerError
@@ -32,7 +33,7 @@ from ..knowledge.editing import EditConfig, Request, answered, continuations, ed
 from ..knowledge.fold import fold_model, unfold_model_approximate
 from ..model.hooks import capture
 from .known import known_fact_list
-from .loading import edit_facts, fact_requests, load_pretrained, request, text_blocks
+from .loading import EditFact, edit_facts, fact_requests, load_pretrained, request, text_blocks
 from .records import append_record, done_keys
 
 METHODS = {
@@ -79,7 +80,7 @@ def entry_mass(model: nn.Module, requests: list[Request]) -> torch.Tensor:
     return torch.stack(rows)
 
 
-def fact_entries(model: nn.Module, facts: list, requests: list[Request], k: int) -> dict[str, Any]:
+def fact_entries(model: nn.Module, facts: list[Fact], requests: list[Request], k: int) -> dict[str, Any]:
     """Per known fact, its top-k entries by score mass at the answer position and the share of
     the mass they hold; and how much the top-k sets of two facts overlap, within a kind of fact
     (capital, symbol, ...) and across kinds (mean share of common entries)."""
@@ -96,6 +97,12 @@ def fact_entries(model: nn.Module, facts: list, requests: list[Request], k: int)
             "top_share_mean": sum(share) / len(share), "uniform_share": k / mass.shape[1],
             "overlap_within_kind": sum(within) / max(len(within), 1),
             "overlap_across_kinds": sum(across) / max(len(across), 1)}
+
+
+def _others(known: list[Fact], edited: list[EditFact]) -> list[Fact]:
+    """The known facts an edit of `edited` should leave alone: all but their own capital facts."""
+    subjects = {f.subject for f in edited}
+    return [k for k in known if not (k.kind == "capital" and k.subject in subjects)]
 
 
 def _overlap(a: torch.Tensor, b: torch.Tensor, k: int) -> float:
@@ -130,8 +137,7 @@ def run_edits(cfg: EditRunConfig, out: Path) -> Path:
     if "before" not in done:
         t = time.time()
         cases = [f.case(tok) for f in usable]
-        others = fact_requests(tok, [k for k in known if not (k.kind == "capital" and any(
-            k.subject == f.subject for f in usable))])
+        others = fact_requests(tok, _others(known, usable))
         true_paraphrases = [p for f in usable for p in f.case(tok, new=False).paraphrases]
         append_record(records, "before", {
             "facts": [f.subject for f in usable], "known_facts": len(known),
@@ -147,8 +153,7 @@ def run_edits(cfg: EditRunConfig, out: Path) -> Path:
                 t = time.time()
                 facts = [usable[i] for i in chosen]
                 cases = [f.case(tok) for f in facts]
-                others = fact_requests(tok, [k for k in known if not (k.kind == "capital" and any(
-                    k.subject == f.subject for f in facts))])
+                others = fact_requests(tok, _others(known, facts))
                 target = copy.deepcopy(shared if method == "entries" else model)
                 patterns = [p.format(mid=mid) for p in METHODS[method][0]]
                 extra: dict[str, Any] = {}
@@ -168,8 +173,7 @@ def run_edits(cfg: EditRunConfig, out: Path) -> Path:
                              "chance_overlap": k / change.numel()}
                     target = fold_model(target)  # the same function, scored at an FFN's speed
                 measures = measure(target, cases, others, unrelated, blocks)
-                kinds = [k.kind for k in known if not (k.kind == "capital" and any(
-                    k.subject == f.subject for f in facts))]
+                kinds = [k.kind for k in _others(known, facts)]
                 hits = answered(target, others).tolist()
                 extra["specificity_by_kind"] = {
                     kind: sum(h for h, k in zip(hits, kinds) if k == kind) / kinds.count(kind) for kind in set(kinds)}
