@@ -14,6 +14,7 @@ from ..stats import summarize
 from .records import read_records
 
 _ARM_NAMES = {"original": "original model", "shared": "one shared base E", "own": "each layer its own base",
+              "shared_pruned": "one shared base E over the most important n_E < d_ff units",
               "lowrank": "per-layer low-rank FFNs (control)", "entries": "repair: E only",
               "entries_and_maps": "repair: E + per-layer maps"}
 
@@ -44,8 +45,9 @@ def _ladder(records: list[dict[str, Any]], repair: list[dict[str, Any]], out: Pa
                      f"{r['facts_answered']}/{r['facts_total']} | {r['seconds']:.0f} |")
     fig, ax = plt.subplots(figsize=(7, 4.5))
     groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for r in records + repair:
-        groups[r["arm"]].append(r)
+    for r in records + repair:  # a shared base over pruned units is another kind of point: its own line
+        pruned = r["arm"] == "shared" and r["n_entries"] < r["d_ff"]
+        groups["shared_pruned" if pruned else r["arm"]].append(r)
     for arm, rs in groups.items():
         rs = sorted(rs, key=lambda r: r["parameters"])
         ax.plot([r["parameters"] / 1e6 for r in rs], [r["perplexity"] for r in rs], "o-" if len(rs) > 1 else "o",
@@ -116,15 +118,24 @@ def _edits(records: list[dict[str, Any]], out: Path) -> list[str]:
                   f"For each edited fact, its top {k} entries by score mass at the last prompt position (summed "
                   f"over the 30 layers reading E) against the top {k} rows of E the edit changed most (by norm of "
                   f"the change). Chance overlap: {entry_runs[0]['chance_overlap']:.3f}.", "",
-                  "| facts edited | runs | overlap per fact (mean) | overlap with the edited facts' summed mass |",
-                  "|---|---|---|---|"]
+                  "The last column is the control: the same overlap with the top entries of the known facts NOT "
+                  "edited (from the `before` record), averaged over them.", "",
+                  "| facts edited | runs | overlap per fact (mean) | overlap with the edited facts' summed mass | "
+                  "overlap with the facts not edited |", "|---|---|---|---|---|"]
+        tops = fe.get("top", {})
         by_size: dict[int, list[dict[str, Any]]] = defaultdict(list)
         for r in entry_runs:
             by_size[r["size"]].append(r)
         for size, rs in sorted(by_size.items()):
             per_fact = [v for r in rs for v in r["overlap_changed_vs_mass"]]
+            control = []
+            for r in rs:
+                changed, edited = set(r["top_changed_entries"]), {f"The capital of {s} is" for s in r["facts"]}
+                others = [set(t) for prompt, t in tops.items() if prompt not in edited]
+                control.append(sum(len(changed & t) / k for t in others) / max(len(others), 1))
             lines.append(f"| {size} | {len(rs)} | {_mean(per_fact)} | "
-                         f"{_mean([r['overlap_changed_vs_mass_of_all'] for r in rs])} |")
+                         f"{_mean([r['overlap_changed_vs_mass_of_all'] for r in rs])} | "
+                         f"{_mean(control) if tops else '-'} |")
     return lines + [""]
 
 
