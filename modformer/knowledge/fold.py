@@ -131,8 +131,13 @@ def _set_threshold(module: nn.Module, entries: torch.Tensor, w: torch.Tensor) ->
 
 def _layers(entries: torch.Tensor, parts: list[_Parts], coeffs: list[dict[str, torch.Tensor]], threshold: str,
             threshold_hidden: int) -> tuple[KnowledgeBase, list[KnowledgeFFN]]:
-    """A base E (n_E, d_E) and layers with W_K = I (d_k = d_E), where layer l has
-    W_<read> = E coeffs[l][read] (d_E, d), b_<read> = E coeffs[l]["b_" + read], W_down^T = E coeffs[l]["down"]."""
+    """A base E (n_E, d_E) and layers where layer l has W_<read> = E coeffs[l][read] (coefficients
+    (d_E, d)), b_<read> = E coeffs[l]["b_" + read], W_down^T = E coeffs[l]["down"].
+
+    The coefficients go where they cost least: with d_E <= d into W_Q (W_K = I, d_k = d_E);
+    with d_E > d (a wide base, as for a pretrained model's d_ff) into W_K = coeffs^T with
+    W_Q = sqrt(d_k) I (d_k = d), so that the keys E W_K^T are the FFN's rows themselves and no
+    d_E x d_E identity is multiplied through."""
     if threshold == "token":
         raise ModformerError("unfolding writes FFNs as per-entry thresholds; a per-token threshold (token) adds a "
                              "term no FFN has: use mlp, linear or none")
@@ -144,17 +149,26 @@ def _layers(entries: torch.Tensor, parts: list[_Parts], coeffs: list[dict[str, t
         base.entries.copy_(entries)
         for p, c in zip(parts, coeffs):
             d = p.W_down.shape[0]
-            layer = _new(lambda: KnowledgeFFN(base, d, activation=p.activation, threshold=threshold,
-                                              threshold_hidden=threshold_hidden), entries)
+            layer = _new(lambda: KnowledgeFFN(base, d, d_key=key_width(d, d_entry), activation=p.activation,
+                                              threshold=threshold, threshold_hidden=threshold_hidden), entries)
             for name in layer.reads:
                 read = getattr(layer, name)
-                read.k_proj.weight.copy_(eye)
-                read.q_proj.weight.copy_(c[name] / read.scale)  # (E I^T) A_q / sqrt(d_k) = E c
+                if d_entry <= d:
+                    read.k_proj.weight.copy_(eye)
+                    read.q_proj.weight.copy_(c[name] / read.scale)  # (E I^T) A_q / sqrt(d_k) = E c
+                else:
+                    read.k_proj.weight.copy_(c[name].mT)  # (E c) I sqrt(d_k) / sqrt(d_k) = E c
+                    read.q_proj.weight.copy_(torch.eye(d, dtype=entries.dtype) / read.scale)
                 _set_threshold(read.threshold, entries, c["b_" + name])
             layer.v_proj.weight.copy_(c["down"].mT)
             layer.bias.copy_(p.b_down)
             layers.append(layer)
     return base, layers
+
+
+def key_width(d_model: int, d_entry: int) -> int:
+    """d_k of an unfolded layer: min(d_model, d_E) (see `_layers`)."""
+    return min(d_model, d_entry)
 
 
 def _check_widths(parts: list[_Parts]) -> int:
@@ -168,8 +182,8 @@ def unfold(ffns: list[nn.Module], *, threshold: str = "linear",
            threshold_hidden: int = 2) -> tuple[KnowledgeBase, list[KnowledgeFFN]]:
     """Write FFN layers EXACTLY as knowledge layers over ONE shared base.
 
-    E = I (n_E = d_E = d_k = d_ff), W_K = I, W_Q = sqrt(d_k) W_up (and the gate's), W_V =
-    W_down, b2 = b_down, and a threshold returning b_up exactly: linear (weights b_up),
+    E = I (n_E = d_E = d_ff), keys E W_K^T = W_up with queries sqrt(d_k) H (d_k = d; when
+    d_ff <= d, W_K = I and W_Q = sqrt(d_k) W_up) and the gate's alike, W_V = W_down, b2 = b_down, and a threshold returning b_up exactly: linear (weights b_up),
     mlp (gelu(b) - gelu(-b) = b; needs threshold_hidden >= 2) or none (the bias itself).
     Conditions: every module has nn.Linear `up_proj` and `down_proj` (and `gate_proj` when
     gated), all of the same hidden width d_ff (biases optional; d_model may differ); the
@@ -199,8 +213,9 @@ def unfold_approximate(ffns: list[nn.Module], n_entries: int | None = None, d_en
 
     d_E: a joint truncated SVD of the stacked hidden-unit matrices of all layers,
     X = [W_up_l, W_down_l^T, b_up_l (and gate's)] (n_E x L(2d+1) columns), each block scaled
-    to unit Frobenius norm so every layer weighs the same. E = sqrt(n_E) U_r and the rest of
-    the rank-r factor go into the layers (W_K = I, d_k = d_E). By Eckart-Young this
+    to unit Frobenius norm so every layer weighs the same, computed from the eigenvectors of
+    X X^T (n_E x n_E; X is never formed). E = sqrt(n_E) U_r and the rest of the rank-r factor
+    go into the layers (`_layers`: W_Q or W_K). By Eckart-Young this
     minimises the sum of squared relative errors of all blocks; it is EXACT whenever
     d_E >= rank(X) <= min(n_E, L(2d+1)) (L(3d+2) gated), e.g. one layer with d_ff > 2d + 1.
     It is optimal only for the given order of each layer's hidden units: a unit permutation
@@ -226,20 +241,19 @@ def unfold_approximate(ffns: list[nn.Module], n_entries: int | None = None, d_en
     for l, (p, k) in enumerate(zip(parts, keep)):
         blocks += [(l, r, w[k]) for r, w in p.weights.items()] + [(l, "down", p.W_down[:, k].mT)]
         blocks += [(l, "b_" + r, b[k, None]) for r, b in p.biases.items()]
-    norms = [float(m.norm()) or 1.0 for _, _, m in blocks]
-    U, S, Vh = torch.linalg.svd(torch.cat([m / s for (_, _, m), s in zip(blocks, norms)], dim=1),
-                                full_matrices=False)
-    r = min(d_entry, S.numel())
-    entries = torch.zeros(n_entries, d_entry, dtype=torch.float64)
-    entries[:, :r] = U[:, :r] * math.sqrt(n_entries)
-    factor = torch.zeros(d_entry, Vh.shape[1], dtype=torch.float64)
-    factor[:r] = S[:r, None] * Vh[:r] / math.sqrt(n_entries)  # X ~ entries @ factor
+    # The left singular vectors of X are the eigenvectors of X X^T (n_E x n_E), accumulated block
+    # by block: X itself (n_E x L(3d+2), 51,900 columns for SmolLM2's 30 layers) is never formed
+    # or decomposed. Its top-d_E eigenvectors U span the best shared rank-d_E column space.
+    gram = torch.zeros(n_entries, n_entries, dtype=torch.float64)
+    for _, _, m in blocks:
+        norm = float(m.norm()) or 1.0
+        gram.addmm_(m, m.mT, alpha=1.0 / norm ** 2)
+    U = torch.linalg.eigh(gram).eigenvectors.flip(1)[:, :d_entry]  # largest eigenvalues first
+    entries = U * math.sqrt(n_entries)
     coeffs: list[dict[str, torch.Tensor]] = [{} for _ in parts]
-    start = 0
-    for (l, key, m), s in zip(blocks, norms):
-        c = factor[:, start:start + m.shape[1]] * s
+    for l, key, m in blocks:
+        c = U.mT @ m / math.sqrt(n_entries)  # entries @ c = U U^T m: m projected on the shared space
         coeffs[l][key] = c[:, 0] if key.startswith("b_") else c
-        start += m.shape[1]
     base, layers = _layers(entries, parts, coeffs, threshold, threshold_hidden)
     errors = [_errors(ffn, p, k, layer, entries, c, n_samples, seed)
               for ffn, p, k, layer, c in zip(ffns, parts, keep, layers, coeffs)]
@@ -329,4 +343,4 @@ def unfolded_config(cfg: ModelConfig, *, threshold: str = "linear", threshold_hi
     n = n_entries or cfg.ffn_dim
     d = d_entry or n
     return replace(cfg, variant="knowledge", knowledge=KnowledgeConfig(
-        n_entries=n, d_entry=d, d_key=d, activation=cfg.ffn, threshold=threshold, threshold_hidden=threshold_hidden))
+        n_entries=n, d_entry=d, d_key=key_width(cfg.d_model, d), activation=cfg.ffn, threshold=threshold, threshold_hidden=threshold_hidden))

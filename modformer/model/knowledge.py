@@ -157,9 +157,18 @@ class KnowledgeRead(nn.Module):
 
     def forward(self, h: torch.Tensor, entries: torch.Tensor) -> torch.Tensor:
         """h (B, T, d_model), entries (n_E, d_E) -> (B, T, n_E)."""
+        tokens = h.numel() // h.shape[-1]
+        (n_entries, d_entry), d_key = entries.shape, self.k_proj.out_features
+        if tokens < n_entries and tokens * (d_key * d_entry + d_entry * n_entries) < n_entries * d_entry * d_key \
+                + tokens * d_key * n_entries:
+            # Few tokens and a wide base (a pretrained model's, d_E ~ n_E ~ 1,500): multiplying each
+            # query by W_K, then by E^T, costs T (d_k d_E + d_E n_E) instead of the n_E d_E d_k of
+            # forming the keys, which would dominate (an edit or generation step reads ~10-100 tokens).
+            q = self.q_proj(h) * self.scale
+            return F.linear(F.linear(q, self.k_proj.weight.mT), entries, self.threshold(entries))
         # Keys and thresholds depend on E alone: computed once per call, shared by all tokens.
         keys = self.k_proj(entries) * self.scale
-        if h.numel() >= keys.shape[0] * h.shape[-1]:
+        if tokens >= n_entries:
             # At least n_E tokens: fold W_Q into the keys once per call (n_E x d_k x d) so that each
             # token costs one product, as in an FFN, instead of two (q_proj, then the keys).
             return F.linear(h, keys @ self.q_proj.weight, self.threshold(entries))
@@ -224,6 +233,10 @@ class KnowledgeFFN(nn.Module):
         """h: (B, T, d_model) -> (B, T, d_model)."""
         entries = self.base.entries  # read at call time, so a reloaded or moved E is seen
         s = self.scores(_ACTIVATIONS[self.activation](*(getattr(self, r)(h, entries) for r in self.reads)))
+        tokens, (n_entries, d_entry), d = s.numel() // s.shape[-1], entries.shape, self.bias.shape[0]
+        if tokens * (n_entries * d_entry + d_entry * d) < d * d_entry * n_entries + tokens * n_entries * d:
+            # Few tokens: (S E) W_V^T costs T (n_E d_E + d_E d), forming W_down costs d d_E n_E.
+            return F.linear(s @ entries, self.v_proj.weight, self.bias)
         # W_down = W_V E^T, (d, n_E), made contiguous as an FFN's down projection is: a transposed
         # view here costs a copy of the (tokens, n_E) scores in the backward pass.
         return F.linear(s, F.linear(self.v_proj.weight, entries), self.bias)

@@ -1,0 +1,41 @@
+"""`modformer kb-pretrained` end to end on a local Hugging Face Llama folder (a tiny random one
+with a word-level tokenizer, `tiny_teacher`): the ladder, an edit run and the report, offline."""
+
+import json
+
+import pytest
+
+from modformer.cli import main
+
+
+@pytest.mark.slow
+def test_ladder_edits_and_report_on_a_local_llama_folder(tiny_teacher, tmp_path, capsys):
+    out = tmp_path / "kb"
+    common = [f"model={tiny_teacher}", f"corpus={tiny_teacher / 'corpus.txt'}", "eval_blocks=2", "block_len=16"]
+    assert main(["kb-pretrained", "ladder", *common, "points=[[1, 0.5]]", "--out", str(out)]) == 0
+    ladder = [json.loads(line) for line in (out / "ladder.jsonl").read_text().splitlines()]
+    arms = {r["arm"]: r for r in ladder}
+    assert set(arms) == {"original", "shared", "own", "lowrank"} and len(ladder) == 4
+    assert arms["shared"]["n_entries"] == 64 and arms["shared"]["d_entry"] == 32
+    # One base of 64 x 32 for both layers plus their maps: fewer parameters than each layer its own base.
+    assert arms["shared"]["parameters"] < arms["own"]["parameters"] < arms["original"]["parameters"]
+    assert all(r["perplexity"] > 1 and r["code_version"] for r in ladder)
+    assert main(["kb-pretrained", "edit", *common, "sizes=[1, 2]", "seeds=[0]", "require_known=false",
+                 "max_steps=40", "lr={entries: 0.03, one_down_proj: 0.03, all_ffns: 0.01}", "--out", str(out)]) == 0
+    edits = {r["key"]: r for r in map(json.loads, (out / "edits.jsonl").read_text().splitlines())}
+    assert {"before", "entries/1/0", "entries/2/0", "one_down_proj/2/0", "all_ffns/1/0"} <= set(edits)
+    assert edits["entries/2/0"]["parameters"] == ["knowledge.entries"]
+    assert edits["one_down_proj/1/0"]["parameters"] == ["blocks.1.ffn.down_proj.weight"]
+    assert all(0 <= v <= 1 for v in edits["entries/1/0"]["overlap_changed_vs_mass"])
+    assert main(["kb-pretrained", "repair", *common, "point=[1, 0.5]", "steps=2", "train_len=8", "lr=0.001",
+                 "eval_blocks=1", "block_len=8", "batch_size=1", "--out", str(out)]) == 0
+    repair = {r["arm"]: r for r in map(json.loads, (out / "repair.jsonl").read_text().splitlines())}
+    assert set(repair) == {"entries", "entries_and_maps"} and len(repair["entries"]["losses"]) == 2
+    assert repair["entries"]["trained_parameters"] == 64 * 32 < repair["entries_and_maps"]["trained_parameters"]
+    report = (out / "report.md").read_text()
+    assert "Compression ladder" in report and "Editing facts" in report
+    assert (out / "perplexity_vs_parameters.png").stat().st_size > 0
+    # A second run finds everything recorded and only rewrites the report.
+    assert main(["kb-pretrained", "edit", *common, "sizes=[1, 2]", "seeds=[0]", "require_known=false",
+                 "--out", str(out)]) == 0
+    assert len((out / "edits.jsonl").read_text().splitlines()) == len(edits)
