@@ -11,12 +11,15 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from ..bridge.packaged import NAME
 from ..configtools import option
-from ..errors import ModformerError
+from ..errors import Interrupted, ModformerError
 from ..freeze import matching_parameters
 from ..knowledge.fold import fold_model, unfold_model_approximate
+from ..train.config import LoopConfig
+from ..train.loop import TrainingLoop
 from .known import known_fact_list
 from .ladder import coefficient_parameters, score
 from .loading import fact_requests, load_pretrained, text_blocks
@@ -48,6 +51,38 @@ class RepairConfig:
             raise ModformerError(f"repair: arms must be among {', '.join(ARMS)} and steps positive")
 
 
+class RepairLoop(TrainingLoop):
+    """The repair as a run of the one training loop: a constant rate (no warmup, no decay), Adam
+    without weight decay, no clipping; E at `lr`, the maps at `maps_lr`."""
+
+    def __init__(self, model: nn.Module, train: torch.Tensor, cfg: RepairConfig, names: list[str]):
+        super().__init__()
+        self.model = self.step_model = model
+        self.train, self.batch_size = train, cfg.batch_size  # train: (steps x batch_size, train_len + 1)
+        self.settings = LoopConfig(steps=cfg.steps, batch_size=cfg.batch_size, warmup_steps=0, min_lr_ratio=1.0,
+                                   grad_clip=0.0, eval_every=cfg.steps, log_every=1, checkpoint_every=0)
+        self.device, self.peak_lr = torch.device("cpu"), 1.0
+        params = dict(model.named_parameters())
+        entries = [params[n] for n in names if n == "knowledge.entries"]
+        maps = [params[n] for n in names if n != "knowledge.entries"]
+        self.optimizer = torch.optim.Adam([{"params": entries, "lr": cfg.lr, "lr_scale": cfg.lr},
+                                           {"params": maps, "lr": cfg.maps_lr, "lr_scale": cfg.maps_lr}])
+        self.trainable = entries + maps
+        self.losses: list[float] = []
+        self.log = lambda record: self.losses.append(record["loss"])
+
+    def train_batch(self, step: int) -> torch.Tensor:
+        return self.train[step * self.batch_size:(step + 1) * self.batch_size]
+
+    def batch_loss(self, batch: torch.Tensor) -> tuple[torch.Tensor, float, int]:
+        logits = self.step_model(batch[:, :-1])
+        loss = F.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten())
+        return loss, float(loss.detach()), batch[:, :-1].numel()
+
+    def stop(self, done: int) -> None:
+        raise Interrupted(f"repair interrupted at step {done}; run the same command again to redo this arm")
+
+
 def run_repair(cfg: RepairConfig, out: Path) -> Path:
     torch.set_num_threads(cfg.threads)
     records = out / "repair.jsonl"
@@ -70,20 +105,9 @@ def run_repair(cfg: RepairConfig, out: Path) -> Path:
         names = sorted({n for pattern in ARMS[arm] for n in matching_parameters(model, pattern)})
         for n, p in params.items():
             p.requires_grad_(n in names)
-        optimizer = torch.optim.Adam([{"params": [params[n] for n in names if n == "knowledge.entries"], "lr": cfg.lr},
-                                      {"params": [params[n] for n in names if n != "knowledge.entries"],
-                                       "lr": cfg.maps_lr}])
-        losses = []
-        model.train()
-        for step in range(cfg.steps):
-            batch = train[step * cfg.batch_size:(step + 1) * cfg.batch_size]
-            logits = model(batch[:, :-1])
-            loss = F.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten())
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            losses.append(float(loss.detach()))
-            print(f"{key} step {step + 1}/{cfg.steps}: loss {losses[-1]:.3f}", flush=True)
+        repair = RepairLoop(model, train, cfg, names)
+        repair.loop(0, desc=f"repair {key}")
+        losses = repair.losses
         model.eval()
         trained = sum(params[n].numel() for n in names)
         rec = append_record(records, key, {
