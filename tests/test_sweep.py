@@ -106,11 +106,14 @@ def test_sweep_runs_resumes_and_reports(tmp_path):
 
 def test_another_sweep_in_the_same_folder_is_refused(tmp_path):
     out = tmp_path / "out"
-    SweepRunner(load_sweep(write(tmp_path, {**SWEEP, "sweep": {**SWEEP["sweep"], "variants": ["standard"],
-                                                                  "seeds": [0], "grid": {}}})),
-                out, echo=lambda m: None).run()
+    first = {**SWEEP, "sweep": {**SWEEP["sweep"], "variants": ["standard"], "seeds": [0], "grid": {}}}
+    # Started (its folder and sweep.yaml written, as before its first run); training it would
+    # change nothing of what is checked here.
+    SweepRunner(load_sweep(write(tmp_path, first)), out, echo=lambda m: None).pending()
+    saved = (out / "sweep.yaml").read_text()
     with pytest.raises(ModformerError, match="different sweep"):
         SweepRunner(load_sweep(write(tmp_path, SWEEP)), out, echo=lambda m: None).run()
+    assert (out / "sweep.yaml").read_text() == saved and not (out / "runs").exists()
 
 
 def test_interval_statistics():
