@@ -71,11 +71,12 @@ def test_a_plugin_part_in_every_command(outside, capsys):
     trained = json.loads((run / "summary.json").read_text())["test"]["accuracy"]
     assert json.loads(capsys.readouterr().out)["test"]["accuracy"] == trained
 
-    # A sweep's worker processes import the parts from the config alone.
-    assert main(["sweep", "conv.yaml", "--out", str(outside / "sweep"), *TINY, "sweep.variants=[standard, frozen_mlp]",
+    # A sweep's worker process imports the parts from the config alone (one run: which
+    # parameters a variant freezes in a part is test_a_plugin_part_keeps_the_part_contract's).
+    assert main(["sweep", "conv.yaml", "--out", str(outside / "sweep"), *TINY, "sweep.variants=[frozen_mlp]",
                  "sweep.seeds=[0]"]) == 0
     report = (outside / "sweep" / "report.md").read_text()
-    assert "| standard |" in report and "| frozen_mlp |" in report and "failed" not in report
+    assert "| frozen_mlp |" in report and "failed" not in report
 
     # Where the part cannot be imported, reloading says which module is missing.
     elsewhere = outside / "elsewhere"

@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-import torch
 
 from modformer.config import config_from_dict
 from modformer.errors import ConfigError

@@ -66,10 +66,12 @@ def test_bad_sweeps_fail_before_training(tmp_path, change, key):
 
 def test_sweep_runs_resumes_and_reports(tmp_path):
     out = tmp_path / "out"
-    one_seed = {**SWEEP, "sweep": {**SWEEP["sweep"], "seeds": [1]}}  # 2 variants x 2 rates: 4 runs
+    # One variant, one seed, 2 rates: 2 runs (a choice needs two settings; a report of two
+    # variants is the Python API test's).
+    one_seed = {**SWEEP, "sweep": {**SWEEP["sweep"], "variants": ["standard"], "seeds": [1]}}
     sweep = load_sweep(write(tmp_path, one_seed))
     results = SweepRunner(sweep, out, echo=lambda m: None).run()
-    assert len(results) == 4 and all(r["status"] == "done" for r in results.values())
+    assert len(results) == 2 and all(r["status"] == "done" for r in results.values())
 
     # Started again: nothing is retrained.
     stamps = {p: p.stat().st_mtime_ns for p in out.rglob("*.safetensors")}
@@ -78,7 +80,7 @@ def test_sweep_runs_resumes_and_reports(tmp_path):
 
     # A sweep killed while one run was training: that run has a checkpoint but no summary
     # and no record. Started again, only it continues, and it ends as it would have.
-    victim = "frozen_qk/train.lr=0.01/seed1"
+    victim = "standard/train.lr=0.01/seed1"
     before = results[victim]["summary"]
     run_dir = out / "runs" / victim
     (run_dir / "summary.json").unlink()
@@ -87,7 +89,7 @@ def test_sweep_runs_resumes_and_reports(tmp_path):
     (out / "results.jsonl").write_text("\n".join(lines) + "\n")
     log = []
     SweepRunner(load_sweep(write(tmp_path, one_seed)), out, echo=log.append).run()
-    assert any("3 already finished, 1 to train" in m for m in log)
+    assert any("1 already finished, 1 to train" in m for m in log)
     after = read_results(out)[victim]["summary"]
     assert after["test"] == before["test"] and after["validation"] == before["validation"]
 
@@ -180,8 +182,9 @@ def test_interrupted_sweep_stops_its_runs_and_continues_later(tmp_path):
     assert proc.returncode == 2 and "run the same command again" in err
     assert "start  standard/default/seed2" not in err  # nothing started after the signal
     assert len(read_results(out)) < 3
-    finished = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert finished.returncode == 0, finished.stderr
+    # The same command again, in this process (its start is not under test): it finishes.
+    from modformer.cli import main
+    assert main(cmd[3:]) == 0
     assert len(read_results(out)) == 3
 
 
