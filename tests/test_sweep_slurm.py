@@ -98,6 +98,7 @@ def curves(out: Path, run_id: str) -> list[dict]:
     return [{k: v for k, v in json.loads(line).items() if k != "tokens_per_s"} for line in lines]
 
 
+@pytest.mark.slow  # two minutes of a real cluster's jobs on 2 cores; CI runs it (.ci/run)
 @pytest.mark.xdist_group("slurm")
 def test_cancelled_and_resubmitted_slurm_sweep_equals_a_local_sweep(tmp_path, slurm_cluster, capsys):
     # One variant, 2 seeds: 2 jobs, one cancelled while the other runs (a job costs seconds
