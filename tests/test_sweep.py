@@ -118,6 +118,32 @@ def test_another_sweep_in_the_same_folder_is_refused(tmp_path):
     assert (out / "sweep.yaml").read_text() == saved and not (out / "runs").exists()
 
 
+def test_a_sweep_grows_in_its_folder_and_trains_only_its_new_runs(tmp_path):
+    """More variants, seeds or values of the same grid axes: the same folder, and only the new
+    runs are left to train (a budget curve extended in place). Anything else is refused."""
+    from modformer.sweep.runner import append_result
+
+    out = tmp_path / "out"
+    small = {**SWEEP, "sweep": {**SWEEP["sweep"], "variants": ["standard"], "seeds": [0], "grid": {"train.steps": [6]}}}
+    runner = SweepRunner(load_sweep(write(tmp_path, small)), out, echo=lambda m: None)
+    [run], _ = runner.pending()
+    append_result(out, {**runner.base_record(run), "status": "done", "summary": {}})  # as if trained
+    grown = {**small, "sweep": {**small["sweep"], "variants": ["standard", "mixit"], "seeds": [0, 1],
+                                "grid": {"train.steps": [6, 12]}}}
+    runs, todo = SweepRunner(load_sweep(write(tmp_path, grown)), out, echo=lambda m: None).pending()
+    assert len(runs) == 8 and [r.run_id for r in runs if r not in todo] == [run.run_id]
+    assert yaml.safe_load((out / "sweep.yaml").read_text())["sweep"]["seeds"] == [0, 1]
+    for changed in ({**grown, "model": {**grown["model"], "d_model": 64}},  # the runs themselves change
+                    {**grown, "sweep": {**grown["sweep"], "seeds": [1]}},  # a seed dropped
+                    {**grown, "sweep": {**grown["sweep"], "grid": {"train.lr": [0.01]}}}):  # another axis
+        with pytest.raises(ModformerError, match="different sweep"):
+            SweepRunner(load_sweep(write(tmp_path, changed)), out, echo=lambda m: None).pending()
+    # A record of a run the sweep does not name (a folder the report would lose) is refused.
+    append_result(out, {"run_id": "standard/train.steps=7/seed0", "status": "done", "summary": {}})
+    with pytest.raises(ModformerError, match="does not name .*train.steps=7"):
+        SweepRunner(load_sweep(write(tmp_path, grown)), out, echo=lambda m: None).pending()
+
+
 def test_interval_statistics():
     s = summarize([1.0, 2.0, 3.0])
     assert s.mean == 2.0 and s.std == 1.0

@@ -36,6 +36,22 @@ from .spec import RunSpec, Sweep
 IGNORED_WHEN_RESUMING = {"workers", "launcher", "slurm"}  # sweep keys that may change between invocations
 
 
+def extends(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """Whether sweep `new` is sweep `old` with more variants, seeds or values of the same grid
+    axes, and nothing else changed: every run of `old` is a run of `new`, in the same folder
+    (so a budget curve, say, is extended in place and only its new points train)."""
+    rest = lambda d: {k: v for k, v in d.items() if k != "sweep"}  # noqa: E731
+    lists = ("variants", "seeds", "grid")
+    fixed = lambda d: {k: v for k, v in d.get("sweep", {}).items() if k not in lists}  # noqa: E731
+    if rest(old) != rest(new) or fixed(old) != fixed(new):
+        return False
+    o, n = old.get("sweep", {}), new.get("sweep", {})
+    o_grid, n_grid = o.get("grid") or {}, n.get("grid") or {}
+    within = lambda a, b: all(x in b for x in a)  # noqa: E731
+    return (list(o_grid) == list(n_grid) and all(within(o_grid[k], n_grid[k]) for k in o_grid)
+            and within(o.get("variants") or [], n.get("variants") or []) and within(o.get("seeds") or [], n.get("seeds") or []))
+
+
 def read_results(sweep_dir: Path) -> dict[str, dict[str, Any]]:
     """run id -> its latest record in results.jsonl."""
     path = Path(sweep_dir) / "results.jsonl"
@@ -69,9 +85,10 @@ class SweepRunner:
             old = yaml.safe_load(saved.read_text()) or {}
             strip = lambda d: {**d, "sweep": {k: v for k, v in d.get("sweep", {}).items()  # noqa: E731
                                               if k not in IGNORED_WHEN_RESUMING}}
-            if strip(old) != strip(mine):
-                raise ModformerError(f"{self.out} holds a different sweep (compare {saved}); "
-                                     f"use another --out, or the same sweep file and overrides")
+            if strip(old) != strip(mine) and not extends(strip(old), strip(mine)):
+                raise ModformerError(f"{self.out} holds a different sweep (compare {saved}); use another "
+                                     f"--out, or the same sweep file and overrides (more variants, seeds "
+                                     f"or values of the same grid axes may be added)")
         try:
             self.out.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -152,7 +169,11 @@ class SweepRunner:
         and runs that start from missing weights are refused before anything starts."""
         self._check_same_sweep()
         runs = self.sweep.runs()
-        done = {k for k, r in read_results(self.out).items() if r["status"] == "done"}
+        records = read_results(self.out)
+        unknown = sorted(set(records) - {run.run_id for run in runs})
+        if unknown:  # e.g. an extended grid whose point names changed: its runs would be lost from the report
+            raise ModformerError(f"{self.out} holds runs this sweep does not name (e.g. {unknown[0]}); use another --out")
+        done = {k for k, r in records.items() if r["status"] == "done"}
         todo = []
         for run in runs:
             summary = self.run_dir(run) / "summary.json"
