@@ -57,9 +57,10 @@ fi
 # uv installs no bytecode, and where PYTHONDONTWRITEBYTECODE is set (as on the project's
 # machines) nothing writes it later, so every process would compile torch's ~2,000 modules
 # again: a command's start-up took 8 s instead of 4 s on the project's 2-core CPU, and the
-# test suite, which starts many processes, 6 minutes instead of 3 1/2. Done once per venv.
+# test suite, which starts many processes, 6 minutes instead of 3 1/2. Done once per venv;
+# a cache only, so a failure here is said and does not fail the set-up.
 if ! compgen -G ".venv/lib/python*/site-packages/torch/__pycache__" >/dev/null; then
-  env -u PYTHONDONTWRITEBYTECODE .venv/bin/python - <<'PY'
+  env -u PYTHONDONTWRITEBYTECODE .venv/bin/python - <<'PY' || echo "setup.sh: byte-compiling failed (commands will start slower)" >&2
 import importlib
 import pkgutil
 

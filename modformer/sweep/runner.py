@@ -40,16 +40,19 @@ def extends(old: dict[str, Any], new: dict[str, Any]) -> bool:
     """Whether sweep `new` is sweep `old` with more variants, seeds or values of the same grid
     axes, and nothing else changed: every run of `old` is a run of `new`, in the same folder
     (so a budget curve, say, is extended in place and only its new points train)."""
-    rest = lambda d: {k: v for k, v in d.items() if k != "sweep"}  # noqa: E731
-    lists = ("variants", "seeds", "grid")
-    fixed = lambda d: {k: v for k, v in d.get("sweep", {}).items() if k not in lists}  # noqa: E731
-    if rest(old) != rest(new) or fixed(old) != fixed(new):
-        return False
+    def within(a: list, b: list) -> bool:  # values may be lists (unhashable): no sets
+        return all(x in b for x in a)
+
+    def without(d: dict, keys: tuple[str, ...]) -> dict:
+        return {k: v for k, v in d.items() if k not in keys}
+
     o, n = old.get("sweep", {}), new.get("sweep", {})
+    growing = ("variants", "seeds", "grid")
     o_grid, n_grid = o.get("grid") or {}, n.get("grid") or {}
-    within = lambda a, b: all(x in b for x in a)  # noqa: E731
-    return (list(o_grid) == list(n_grid) and all(within(o_grid[k], n_grid[k]) for k in o_grid)
-            and within(o.get("variants") or [], n.get("variants") or []) and within(o.get("seeds") or [], n.get("seeds") or []))
+    return (without(old, ("sweep",)) == without(new, ("sweep",)) and without(o, growing) == without(n, growing)
+            and list(o_grid) == list(n_grid) and all(within(o_grid[k], n_grid[k]) for k in o_grid)
+            and within(o.get("variants") or [], n.get("variants") or [])
+            and within(o.get("seeds") or [], n.get("seeds") or []))
 
 
 def read_results(sweep_dir: Path) -> dict[str, dict[str, Any]]:
