@@ -88,7 +88,7 @@ class SweepRunner:
             old = yaml.safe_load(saved.read_text()) or {}
             strip = lambda d: {**d, "sweep": {k: v for k, v in d.get("sweep", {}).items()  # noqa: E731
                                               if k not in IGNORED_WHEN_RESUMING}}
-            if strip(old) != strip(mine) and not extends(strip(old), strip(mine)):
+            if not extends(strip(old), strip(mine)):  # the same sweep extends itself
                 raise ModformerError(f"{self.out} holds a different sweep (compare {saved}); use another "
                                      f"--out, or the same sweep file and overrides (more variants, seeds "
                                      f"or values of the same grid axes may be added)")
