@@ -6,7 +6,7 @@ one process, in turn (`time_interleaved`): our standard model, the same weights 
 `LlamaForCausalLM` (`to_hf_llama`), and our Frozen-QK and MixiT variants. Model FLOPs
 utilisation uses the standard model's training FLOPs per token, 6 N + 12 L T d (N: matrix
 parameters of the blocks and head; the second term is attention's scores and mixing),
-against the machine's matrix-multiply peak measured by `matmul_peak` in the same run, so
+against the machine's matrix-multiply peak measured by `matmul_peak` (modformer.train.mfu) in the same run, so
 the variants' MFU shows how much of the standard model's work per second they match.
 
 After the timing, one more step of each contender is measured for peak memory
@@ -21,7 +21,6 @@ MixiT learned positions, scaled projections and the gated shaped MLP).
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, replace
 from typing import Callable
 
@@ -33,6 +32,7 @@ from ..construction import reference_model_config
 from ..model.config import ModelConfig
 from ..precision import autocast
 from ..train.config import TrainConfig
+from ..train.mfu import matmul_peak, training_flops_per_token
 from ..train.optim import build_optimizer
 from ..variants import build_model
 from .memory import live_state, peak_step_memory
@@ -48,26 +48,6 @@ class ThroughputRow:
     tokens_per_s: float
     mfu: float  # of the measured matmul peak, with the standard model's FLOPs per token
     peak_mib: float | None  # peak tensor memory of a training step (`peak_step_memory`); None: not measurable
-
-
-def matmul_peak(precision: str, size: int = 2048, repeats: int = 5) -> float:
-    """FLOP/s of a square matrix multiply of `size` in float32 or bf16, best of `repeats`."""
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
-    a @ b
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        a @ b
-        best = min(best, time.perf_counter() - start)
-    return 2 * size ** 3 / best
-
-
-def training_flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
-    d, L = cfg.d_model, cfg.n_layers
-    per_block = 2 * d * d + 2 * d * cfg.head_dim * cfg.kv_heads + 3 * d * cfg.ffn_dim  # q, o, k, v, SwiGLU
-    matrix_params = L * per_block + d * cfg.vocab_size  # the head; the embedding is a lookup
-    return 6 * matrix_params + 12 * L * seq_len * d
 
 
 def _step(model: nn.Module, tokens: torch.Tensor, precision: str, logits_of: Callable,

@@ -82,6 +82,16 @@ def _cell(values: list[float], metric: str = "accuracy") -> str:
     return summarize(values).format(bounds=bounds)
 
 
+def _mfu(summaries: list[dict]) -> str:
+    """The range of the runs' model FLOPs utilisation (modformer.train.mfu); 'n/a' for runs
+    recorded before summaries held it."""
+    values = [x["mfu"]["mfu"] for x in summaries if "mfu" in x]
+    if not values:
+        return "n/a"
+    low, high = min(values), max(values)
+    return f"{low:.1%}" if f"{low:.1%}" == f"{high:.1%}" else f"{low:.1%}-{high:.1%}"
+
+
 def write_report(sweep_dir: str | Path) -> Path:
     sweep_dir = Path(sweep_dir)
     spec, done, failed = _load(sweep_dir)
@@ -115,15 +125,19 @@ def write_report(sweep_dir: str | Path) -> Path:
 
     lines += _construction_section(sweep_dir, variants, groups, chosen)
     lines += ["## Chosen setting per variant", "",
-              f"| variant | setting | seeds | validation {metric} | test accuracy | test loss | trainable params | tokens/s |",
-              "|---|---|---|---|---|---|---|---|"]
+              f"| variant | setting | seeds | validation {metric} | test accuracy | test loss | trainable params "
+              "| tokens/s | MFU |", "|---|---|---|---|---|---|---|---|---|"]
     for v in variants:
         runs = groups[(v, chosen[v])]
         s = [r["summary"] for r in runs]
         lines.append(f"| {v} | `{chosen[v]}` | {len(runs)} | {_cell([x['validation'][metric] for x in s], metric)} | "
                      f"{_cell([x['test']['accuracy'] for x in s])} | {_cell([x['test']['loss'] for x in s], 'loss')} | "
-                     f"{s[0]['parameters']['trainable']:,} | {summarize([x['tokens_per_s'] for x in s]).mean:,.0f} |")
-    lines.append("")
+                     f"{s[0]['parameters']['trainable']:,} | {summarize([x['tokens_per_s'] for x in s]).mean:,.0f} | "
+                     f"{_mfu(s)} |")
+    lines += ["", "tokens/s: the mean over seeds; MFU: the range over seeds of the standard model's training "
+              "FLOPs per token times tokens/s, against a matrix-multiply peak in the run's precision measured in "
+              f"each run (`modformer.train.mfu`). Over every run of this sweep: MFU {_mfu([r['summary'] for r in done])}.",
+              ""]
 
     shown = {"accuracy", "loss"}
     extra = sorted({k for r in done for k, v in r["summary"]["test"].items() if isinstance(v, float)} - shown)

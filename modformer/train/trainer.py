@@ -32,6 +32,7 @@ from ..version import code_version
 from .checkpoint import checkpoint_path, list_checkpoints, load_model_state, read_checkpoint, save_checkpoint
 from .distributed import init_world
 from .loop import TrainingLoop, resolve_device
+from .mfu import utilisation
 from .optim import build_optimizer, schedule_description
 from .plots import plot_training_curves
 from .records import MetricsLog, NullMetricsLog
@@ -260,24 +261,31 @@ class Trainer(TrainingLoop):
         parameters = self.model.parameter_counts()
         # From the log, not this process: a run resumed at its last step trains nothing here.
         speeds = [r["tokens_per_s"] for r in self.metrics.records() if r.get("kind") == "train"]
+        tokens_per_s = sum(speeds) / len(speeds) if speeds else 0.0
+        precision = resolve_precision(tc.precision, self.device)
         summary = {
             "step": tc.steps,
             "variant": cfg.model.variant,
             "task": cfg.task.name,
             "seed": tc.seed,
             "parameters": parameters,
-            "tokens_per_s": sum(speeds) / len(speeds) if speeds else 0.0,
+            "tokens_per_s": tokens_per_s,
+            "mfu": utilisation(cfg.model, self._seq_len(), tokens_per_s, precision, self.device, self.world.size),
             "validation": self.last_eval,
             "test": {**test, **self.task.model_metrics(test, parameters)},
             "code_version": code_version(),
             "construction": construction_label(cfg.to_dict()),
             "budget": budget(cfg.to_dict()),
-            "precision": resolve_precision(tc.precision, self.device),  # what `auto` chose here
+            "precision": precision,  # what `auto` chose here
         }
         if self.world.main:
             atomic_write_text(self.run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
             self._plot()
         return summary
+
+    def _seq_len(self) -> int:
+        """The length of the training batches' sequences (the last step's batch)."""
+        return int(self.train_batch(max(self.cfg.train.steps - 1, 0)).inputs.shape[-1])
 
     def _evaluate(self, split: str) -> dict[str, Any]:
         data = self.task.validation_set() if split == "validation" else self.task.test_set()

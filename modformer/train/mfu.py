@@ -1,0 +1,55 @@
+"""Model FLOPs utilisation: a training's useful work per second against the machine's peak.
+
+The useful work is the standard model's training FLOPs per token, 6 N + 12 L T d (N: the
+matrix parameters of the blocks and the head, the embedding being a lookup; the second
+term is attention's scores and mixing over T tokens), whatever the variant: a Frozen-QK or
+MixiT run's MFU then says how much of the standard model's work per second it matches.
+The peak is a square float32 (or bf16) matrix multiply timed on the same device and thread
+count as the training, so the figure is about the machine the run ran on.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from ..model.config import ModelConfig
+
+
+def matmul_peak(precision: str, size: int = 2048, repeats: int = 5,
+                device: torch.device | str = "cpu") -> float:
+    """FLOP/s of a (size, size) @ (size, size) multiply in float32 or bf16, best of `repeats`."""
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    device = torch.device(device)
+    a = torch.randn(size, size, dtype=dtype, device=device)
+    b = torch.randn(size, size, dtype=dtype, device=device)
+
+    def timed() -> float:
+        start = time.perf_counter()
+        a @ b
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return time.perf_counter() - start
+
+    timed()  # the first multiply allocates and warms the kernels
+    return 2 * size ** 3 / min(timed() for _ in range(repeats))
+
+
+def training_flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
+    """The standard model's forward and backward FLOPs per token at sequence length `seq_len`."""
+    d, L = cfg.d_model, cfg.n_layers
+    per_block = 2 * d * d + 2 * d * cfg.head_dim * cfg.kv_heads + 3 * d * cfg.ffn_dim  # q, o, k, v, SwiGLU
+    matrix_params = L * per_block + d * cfg.vocab_size  # the head; the embedding is a lookup
+    return 6 * matrix_params + 12 * L * seq_len * d
+
+
+def utilisation(cfg: ModelConfig, seq_len: int, tokens_per_s: float, precision: str,
+                device: torch.device, processes: int = 1) -> dict[str, float]:
+    """What a run's summary records: FLOPs per token, the peak measured now (per process,
+    a smaller multiply than `modformer bench`'s so that every run can afford it) and the
+    MFU of `tokens_per_s` (tokens of all `processes` together) against that peak."""
+    flops = training_flops_per_token(cfg, seq_len)
+    peak = matmul_peak(precision, size=1024, repeats=3, device=device)
+    return {"flops_per_token": flops, "seq_len": seq_len, "matmul_peak_gflops": peak / 1e9,
+            "mfu": tokens_per_s * flops / (peak * processes)}

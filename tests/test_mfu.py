@@ -1,0 +1,34 @@
+"""Model FLOPs utilisation: the FLOPs formula against the built model, and what a run records."""
+
+import pytest
+
+from modformer.model.config import ModelConfig
+from modformer.sweep.report import _mfu
+from modformer.tasks.retrieval import Retrieval
+from modformer.train.mfu import training_flops_per_token
+from modformer.variants import build_model
+
+from test_trainer import run
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2])  # grouped-query attention shrinks k and v
+def test_flops_per_token_is_six_per_matrix_weight_of_the_standard_model_plus_attention(kv_heads):
+    cfg = ModelConfig(vocab_size=50, d_model=32, n_layers=2, n_heads=4, n_kv_heads=kv_heads, max_seq_len=16)
+    model = build_model(cfg, seed=0)
+    # every 2-D weight but the embedding (a lookup, no multiply)
+    matrix_weights = sum(p.numel() for name, p in model.named_parameters() if p.dim() == 2 and name != "embed.weight")
+    seq_len = 16
+    assert training_flops_per_token(cfg, seq_len) == 6 * matrix_weights + 12 * cfg.n_layers * seq_len * cfg.d_model
+
+
+def test_a_run_records_its_mfu_against_a_peak_measured_in_the_run(tiny_config, tmp_path):
+    summary = run(tiny_config(), tmp_path / "run")
+    mfu = summary["mfu"]
+    cfg = tiny_config()
+    assert mfu["seq_len"] == Retrieval(cfg.task).train_batch(0, 0, 2).inputs.shape[-1]
+    assert mfu["flops_per_token"] == training_flops_per_token(cfg.model, mfu["seq_len"])
+    peak = mfu["matmul_peak_gflops"] * 1e9
+    assert mfu["mfu"] == pytest.approx(summary["tokens_per_s"] * mfu["flops_per_token"] / peak)
+    assert 0 < mfu["mfu"] < 1
+    assert _mfu([summary]) == f"{mfu['mfu']:.1%}"
+    assert _mfu([{"tokens_per_s": 1.0}]) == "n/a"  # records from before summaries held it
