@@ -195,6 +195,50 @@ def test_status_and_gathering_follow_the_job_states(tmp_path, monkeypatch):
     assert [s for _, s, _ in run_statuses(out)] == ["queued", "running", "cancelled", "failed"]
 
 
+@pytest.mark.parametrize("resubmit", [0, 2])
+def test_following_submits_again_a_run_out_of_time_but_never_a_failed_one(tmp_path, monkeypatch, resubmit):
+    ids = ["standard/default/seed0", "standard/default/seed1", "frozen_qk/default/seed0", "frozen_qk/default/seed1"]
+    # The first jobs (7_*): one runs out of time, one loses its node (its next jobs too), one
+    # fails, one is cancelled. A resubmitted job (8_*) of the first finishes.
+    first = dict(zip(ids, ["TIMEOUT", "NODE_FAIL", "FAILED", "CANCELLED"]))
+    out, jobs = fake_sweep(tmp_path, monkeypatch, first)
+    submitted = []
+
+    def states(out, jobs):
+        return {r: first[r] if j["job_id"].startswith("7_") else "COMPLETED" if r == ids[0] else "NODE_FAIL"
+                for r, j in jobs.items()}
+
+    def submit(self, todo):  # a job that finishes writes its run's summary, as a training does
+        submitted.append([run.run_id for run in todo])
+        lines = {run.run_id: {"run_id": run.run_id, "job_id": f"8_{len(submitted)}", "folder": "slurm/submission-2",
+                              "base": self.runner.base_record(run)} for run in todo}
+        with open(out / "slurm" / "jobs.jsonl", "a") as f:
+            f.write("".join(json.dumps(line) + "\n" for line in lines.values()))
+        if ids[0] in lines:
+            summary = out / lines[ids[0]]["base"]["run_dir"] / "summary.json"
+            summary.parent.mkdir(parents=True, exist_ok=True)
+            summary.write_text(json.dumps({"test": {"accuracy": 1.0, "loss": 0.0}}))
+        return lines
+
+    monkeypatch.setattr(slurm_module, "job_states", states)
+    monkeypatch.setattr(slurm_module.SlurmLauncher, "_submit", submit)
+    runner = SweepRunner(load_sweep(out / "sweep.yaml", [f"sweep.slurm.resubmit={resubmit}",
+                                                         "sweep.slurm.poll_seconds=0.01"]), out, echo=lambda m: None)
+    slurm_module.SlurmLauncher(runner, wait=True)._follow(set(ids))
+
+    results = read_results(out)
+    if resubmit == 0:
+        assert submitted == []
+        assert [results[r]["status"] for r in ids] == ["failed"] * 4
+        return
+    # the out-of-time run and the one on a lost node at once, the latter again, `resubmit`
+    # times in all; never the failed or cancelled one
+    assert submitted == [ids[:2], [ids[1]]]
+    assert results[ids[0]]["status"] == "done"
+    assert results[ids[1]]["slurm_state"] == "NODE_FAIL" and results[ids[1]]["slurm_job"] == "8_2"
+    assert [results[r]["slurm_state"] for r in ids[2:]] == ["FAILED", "CANCELLED"]
+
+
 def test_slurm_options_are_checked_and_bad_input_is_one_line(tmp_path, capsys):
     data = {**SWEEP, "sweep": {**SWEEP["sweep"], "slurm": {"time": 14400}}}  # YAML's reading of 4:00:00
     with pytest.raises(ConfigError, match="in quotes"):

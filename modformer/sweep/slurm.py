@@ -17,8 +17,10 @@ Besides the local layout (modformer/sweep/runner.py) a Slurm sweep folder holds:
 
 A job that ends with its run's summary written is recorded as done; any other (a failed
 training, cancelled, out of time, its node lost) as failed with its Slurm state and the last
-line of the run's log; submitted again, the run continues from its last checkpoint. Runs whose
-jobs are still queued or running are never submitted twice.
+line of the run's log; submitted again, the run continues from its last checkpoint. While
+following, a run whose job ran out of time or lost its node is submitted again
+at once (`sweep.slurm.resubmit` times at most). Runs whose jobs are still queued or running are
+never submitted twice.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import json
 import os
 import shlex
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
@@ -38,6 +41,10 @@ from .spec import RunSpec
 # Slurm states of a job that may still run (submitit's list, which it reads from sacct).
 LIVE = {"READY", "PENDING", "RUNNING", "UNKNOWN", "REQUEUED", "COMPLETING", "PREEMPTED", "CONFIGURING",
         "RESIZING", "SUSPENDED", "REQUEUE_HOLD", "REQUEUE_FED"}
+
+# Slurm states of a job that ended through no fault of its run: submitted again, the run continues.
+# (PREEMPTED is in LIVE: Slurm may requeue the job itself, and a run must never train twice at once.)
+RESUMABLE = {"TIMEOUT", "NODE_FAIL", "BOOT_FAIL"}
 
 # How long a job that sacct does not list yet counts as queued (accounting may lag a submission).
 UNKNOWN_GRACE_S = 300
@@ -201,11 +208,24 @@ class SlurmLauncher:
         return checked_results(self.out)
 
     def _follow(self, run_ids: set[str]) -> None:
-        """Wait until the latest job of every run in `run_ids` has ended, recording each."""
-        left = set(run_ids)
+        """Wait until the latest job of every run in `run_ids` has ended, recording each; a run
+        whose job ended in a RESUMABLE state is submitted again, up to `resubmit` times."""
+        left, resubmitted = set(run_ids), Counter()
         while left:
             time.sleep(self.config.poll_seconds)
             jobs = submitted_jobs(self.out)
             states = job_states(self.out, {run_id: jobs[run_id] for run_id in left})
             gather(self.out, states, self.echo)
-            left -= {run_id for run_id, state in states.items() if state not in LIVE}
+            ended = {run_id for run_id, state in states.items() if state not in LIVE}
+            left -= ended
+            resumable = [r for r in sorted(ended) if states[r] in RESUMABLE and resubmitted[r] < self.config.resubmit]
+            unfinished = {run.run_id: run for run in self.runner.pending()[1]} if resumable else {}
+            again = [unfinished[r] for r in resumable if r in unfinished]
+            if again:
+                self._submit(again)
+                for run in again:
+                    resubmitted[run.run_id] += 1
+                    self.echo(f"submitted {run.run_id} again ({states[run.run_id]}, time "
+                              f"{resubmitted[run.run_id]} of {self.config.resubmit}): it continues from its "
+                              f"last checkpoint")
+                left |= {run.run_id for run in again}

@@ -36,6 +36,9 @@ class SlurmConfig:
     constraint: str | None = option(None, "Slurm node features the runs need (--constraint)")
     setup: list[str] = option(default_factory=list, help="shell lines each job runs first (e.g. 'module load cuda')")
     sbatch: dict[str, str] = option(default_factory=dict, help="further sbatch options by name, e.g. {exclude: node7}")
+    resubmit: int = option(3, "with --wait, how many times a run whose job ran out of time or lost its node "
+                              "(TIMEOUT, NODE_FAIL, BOOT_FAIL) is submitted again, to "
+                              "continue from its last checkpoint; 0: never (a failed or cancelled job never is)")
     poll_seconds: float = option(10.0, "seconds between two looks at the jobs' states (sacct) while following")
 
     def __post_init__(self) -> None:
@@ -45,6 +48,8 @@ class SlurmConfig:
                               f"it as the number {self.time}")
         if not _TIME.match(self.time):
             raise ConfigError(f"sweep.slurm.time must be Slurm time such as 4:00:00 or 1-12:00:00, got '{self.time}'")
+        if self.resubmit < 0:
+            raise ConfigError(f"sweep.slurm.resubmit must not be negative, got {self.resubmit}")
         for key in ("cpus_per_run", "array_parallelism"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"sweep.slurm.{key} must be positive, got {getattr(self, key)}")
