@@ -5,7 +5,8 @@ matrix parameters of the blocks and the head, the embedding being a lookup; the 
 term is attention's scores and mixing over T tokens), whatever the variant: a Frozen-QK or
 MixiT run's MFU then says how much of the standard model's work per second it matches.
 The peak is a square float32 (or bf16) matrix multiply timed on the same device and thread
-count as the training, so the figure is about the machine the run ran on.
+count as the training (on a CPU by the process's CPU time, so that other processes sharing
+the cores do not lower it), so the figure is about the machine the run ran on.
 """
 
 from __future__ import annotations
@@ -26,11 +27,18 @@ def matmul_peak(precision: str, size: int = 2048, repeats: int = 5,
     b = torch.randn(size, size, dtype=dtype, device=device)
 
     def timed() -> float:
-        start = time.perf_counter()
-        a @ b
         if device.type == "cuda":
+            start = time.perf_counter()
+            a @ b
             torch.cuda.synchronize(device)
-        return time.perf_counter() - start
+            return time.perf_counter() - start
+        # The CPU time of the process over its threads, not the wall time: another process on
+        # the same cores (a sweep's other workers) would otherwise lower the peak measured and
+        # raise every MFU; its cost shows instead in the run's tokens/s, which is wall time.
+        start_wall, start_cpu = time.perf_counter(), time.process_time()
+        a @ b
+        wall, cpu = time.perf_counter() - start_wall, time.process_time() - start_cpu
+        return min(wall, cpu / torch.get_num_threads())
 
     timed()  # the first multiply allocates and warms the kernels
     return 2 * size ** 3 / min(timed() for _ in range(repeats))
