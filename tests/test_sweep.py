@@ -87,6 +87,8 @@ def test_sweep_runs_resumes_and_reports(tmp_path):
     (run_dir / "checkpoints" / "step_0000006.safetensors").unlink()
     lines = [line for line in (out / "results.jsonl").read_text().splitlines() if json.loads(line)["run_id"] != victim]
     (out / "results.jsonl").write_text("\n".join(lines) + "\n")
+    unfinished = [line for line in write_report(out).read_text().splitlines() if "no finished run yet" in line]
+    assert len(unfinished) == 1 and unfinished[0].endswith(":** standard/train.lr=0.01")
     log = []
     SweepRunner(load_sweep(write(tmp_path, one_seed)), out, echo=log.append).run()
     assert any("1 already finished, 1 to train" in m for m in log)
@@ -94,7 +96,7 @@ def test_sweep_runs_resumes_and_reports(tmp_path):
     assert after["test"] == before["test"] and after["validation"] == before["validation"]
 
     report = write_report(out).read_text()
-    assert "## Chosen setting per variant" in report and "n_pairs" in report
+    assert "## Chosen setting per variant" in report and "n_pairs" in report and "no finished run yet" not in report
     rows = [line for line in report.splitlines() if line.startswith("| standard |")]
     # Its construction and budget, the chosen setting, its other metrics, both grid points per n_pairs (3
     # values: few enough to show every setting), and both grid points in the whole grid.

@@ -104,6 +104,8 @@ def write_report(sweep_dir: str | Path) -> Path:
     variants = [v for v in sw["variants"] if v in chosen]
     incomplete = sorted(f"{v}/{p} ({len(r)} of {len(sw['seeds'])} seeds)" for (v, p), r in groups.items()
                         if len(r) < len(sw["seeds"]))
+    points = [point_label(dict(zip(sw["grid"], values))) for values in itertools.product(*sw["grid"].values())]
+    unstarted = [f"{v}/{p}" for v in sw["variants"] for p in points if (v, p) not in groups]
     model, task, train = spec.get("model", {}), spec.get("task", {}), spec.get("train", {})
 
     lines = [f"# Sweep report: {sweep_dir.name}", ""]
@@ -122,6 +124,9 @@ def write_report(sweep_dir: str | Path) -> Path:
     if incomplete:
         lines += ["**Grid points with unfinished seeds (shown in the grid, never chosen):** "
                   + ", ".join(incomplete), ""]
+    if unstarted:
+        lines += ["**Grid points with no finished run yet (not shown; the same sweep command continues "
+                  "them):** " + ", ".join(unstarted), ""]
 
     lines += _construction_section(sweep_dir, variants, groups, chosen)
     lines += ["## Chosen setting per variant", "",
