@@ -24,6 +24,7 @@ from .generate import add_generate_command
 from .knowledge.convert import convert
 from .pretrained_kb.command import add_kb_pretrained_command
 from .registry import FFNS, MIXERS, TASKS, VARIANTS
+from .sweep.curve import write_curve
 from .sweep.report import summary_sections, write_report
 from .sweep.slurm_config import LAUNCHERS, SlurmConfig
 from .sweep.spec import SweepConfig
@@ -102,6 +103,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     path = write_report(Path(args.sweep_dir))
     print(path.read_text() if args.print else f"report: {path}")
+    return 0
+
+
+def cmd_curve(args: argparse.Namespace) -> int:
+    table = write_curve([Path(d) for d in args.sweep_dirs], Path(args.out), args.where, args.x)
+    print(table.read_text() + f"\nfigure: {args.out}\ntable: {table}")
     return 0
 
 
@@ -199,6 +206,18 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("sweep_dir", help="a sweep directory")
     rp.add_argument("--print", action="store_true", help="also print the report")
     rp.set_defaults(func=cmd_report)
+
+    cv = sub.add_parser("curve", help="one budget or width curve from the runs of several sweeps",
+                        description="Plot test accuracy against sequences trained on (or width), one line per "
+                                    "variant, from every finished run of the given sweep folders that matches "
+                                    "--where; write the figure and, beside it, a Markdown table of its points "
+                                    "with the folder each came from.")
+    cv.add_argument("sweep_dirs", nargs="+", help="sweep directories")
+    cv.add_argument("--out", required=True, help="the figure (.png); the table is written beside it as .md")
+    cv.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
+                    help="only runs whose config has this value (repeatable), e.g. train.lr=0.003")
+    cv.add_argument("--x", choices=["sequences", "width"], default="sequences", help="the x axis")
+    cv.set_defaults(func=cmd_curve)
 
     add_signal_command(sub)
     add_usage_command(sub)

@@ -224,3 +224,41 @@ def test_init_from_names_each_runs_own_source(tmp_path):
     with pytest.raises(ModformerError, match="start from weights that do not exist"):  # before training anything
         SweepRunner(sweep, tmp_path / "out", echo=lambda m: None).run()
     assert not (tmp_path / "out" / "results.jsonl").exists()
+
+
+def test_a_curve_gathers_the_matching_runs_of_several_sweeps(tmp_path):
+    from modformer.sweep.curve import curve_points, write_curve
+
+    def sweep_folder(name, runs):
+        """A sweep folder with finished runs (variant, steps, lr, seed, accuracy), as a sweep leaves them."""
+        out = tmp_path / name
+        out.mkdir()
+        (out / "sweep.yaml").write_text("sweep: {}\n")
+        lines = []
+        for variant, steps, lr, seed, accuracy in runs:
+            run_id = f"{variant}/train.steps={steps},train.lr={lr}/seed{seed}"
+            (out / "runs" / run_id).mkdir(parents=True)
+            config = {"model": {"d_model": 64}, "train": {"steps": steps, "batch_size": 256, "lr": lr}}
+            (out / "runs" / run_id / "config.yaml").write_text(yaml.safe_dump(config))
+            lines.append({"run_id": run_id, "variant": variant, "status": "done", "run_dir": f"runs/{run_id}",
+                          "summary": {"test": {"accuracy": accuracy}}})
+        (out / "results.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+        return out
+
+    first = sweep_folder("first", [("standard", 200, 0.003, s, 0.5) for s in range(3)]
+                         + [("standard", 200, 0.01, s, 0.1) for s in range(3)])
+    later = sweep_folder("later", [("standard", 800, 0.003, s, 0.9 + s / 100) for s in range(3)])
+    points = curve_points([first, later], ["train.lr=3e-3"])  # 3e-3 and 0.003: one number
+    assert {x: sorted(points["standard"][x]) for x in points["standard"]} == {
+        51_200: [(0.5, "first")] * 3, 204_800: [(0.9, "later"), (0.91, "later"), (0.92, "later")]}
+    table = write_curve([first, later], tmp_path / "curve.png", ["train.lr=0.003"])
+    rows = [line for line in table.read_text().splitlines() if line.startswith("| standard |")]
+    assert len(rows) == 2 and rows[0].endswith("| first |") and rows[1].startswith("| standard | 204,800 | 0.016 | 3 |")
+    assert (tmp_path / "curve.png").stat().st_size > 0
+
+    with pytest.raises(ModformerError, match="train.learning_rate: no such config key"):
+        curve_points([first], ["train.learning_rate=0.003"])
+    with pytest.raises(ModformerError, match="no finished run"):
+        curve_points([first], ["train.lr=0.5"])
+    with pytest.raises(ModformerError, match="not a sweep directory"):
+        curve_points([tmp_path / "runs"])

@@ -46,6 +46,14 @@ def plot_budget(sweep_dir: Path, path: Path, grid: dict[str, list], variants: li
             lines.setdefault(label, {}).setdefault(b[field], []).append(run["summary"]["test"]["accuracy"])
     if not lines:
         return None
+    draw_curves(lines, field, mark, path)
+    what = "sequences trained on (log scale)" if by_budget else "width"
+    return f"Test accuracy against {what}, every grid point (mean over seeds, error bars: 95% interval)"
+
+
+def draw_curves(lines: dict[str, dict[float, list[float]]], field: str, mark: float, path: Path) -> None:
+    """One line per label: test accuracy (mean over its runs, 95% interval) at each x, with
+    the paper's `field` ("sequences" or "width") marked at `mark`; x on a log scale."""
     fig, ax = plt.subplots(figsize=(7, 4))
     for label, points in sorted(lines.items()):
         xs = sorted(points)
@@ -54,11 +62,9 @@ def plot_budget(sweep_dir: Path, path: Path, grid: dict[str, list], variants: li
         above = [0.0 if s.n < 2 else min(s.high, 1.0) - s.mean for s in stats]
         ax.errorbar(xs, [s.mean for s in stats], yerr=[below, above], marker="o", capsize=3, label=label)
     ax.axvline(mark, color="grey", linestyle="--", label=f"the paper's {field} (~{mark:,})")
-    ax.set(xscale="log", xlabel="sequences trained on" if by_budget else "width (d_model)",
+    ax.set(xscale="log", xlabel="sequences trained on" if field == "sequences" else "width (d_model)",
            ylabel="test accuracy", ylim=(-0.02, 1.02))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
     save_figure(fig, path)
-    what = "sequences trained on (log scale)" if by_budget else "width"
-    return f"Test accuracy against {what}, every grid point (mean over seeds, error bars: 95% interval)"

@@ -1,0 +1,111 @@
+"""One budget (or width) curve from the runs of several sweeps.
+
+A curve's points often come from different sweeps: the 1x point from the sweep that made a
+verdict, the 4x and 16x points from a budget sweep run later, width 512 from a run that did
+not fit with the others. `modformer curve DIR... --out FILE.png` draws test accuracy against
+sequences trained on (or width), one line per variant, from every finished run of those
+folders that matches `--where` (e.g. `train.lr=0.003`, so that a sweep whose grid held two
+rates adds only the runs comparable with the others), and writes beside the figure a
+Markdown table of every point with the folder it came from, so that the figure can be traced
+to committed records.
+
+    modformer curve results/random_attention/addition_reference results/random_attention/addition_budget \\
+        --where train.lr=0.003 --out results/random_attention/addition_curve.png
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Sequence
+
+import yaml
+
+from ..configtools import flatten
+from ..construction import REFERENCE_SEQUENCES, REFERENCE_WIDTH, budget
+from ..errors import ModformerError
+from ..files import atomic_write_text
+from ..stats import summarize
+from .budget_plot import draw_curves
+from .runner import read_results, run_config
+
+AXES = {"sequences": REFERENCE_SEQUENCES, "width": REFERENCE_WIDTH}
+
+
+def _where(assignments: Sequence[str]) -> dict[str, Any]:
+    """`KEY=VALUE` filters, the value read as YAML, as a config override's is."""
+    filters = {}
+    for assignment in assignments:
+        key, sep, value = assignment.partition("=")
+        if not sep or not key:
+            raise ModformerError(f"--where takes KEY=VALUE (e.g. train.lr=0.003), got '{assignment}'")
+        filters[key] = yaml.safe_load(value)
+    return filters
+
+
+def _same(value: Any, wanted: Any) -> bool:
+    """A config value against a filter's; YAML reads 3e-3 as a string (it wants 3.0e-3), which
+    a config's float field takes as the number, so the filter does too."""
+    if isinstance(value, float) and isinstance(wanted, str):
+        try:
+            wanted = float(wanted)
+        except ValueError:
+            return False
+    return value == wanted
+
+
+def curve_points(sweep_dirs: Sequence[Path], where: Sequence[str] = (), axis: str = "sequences",
+                 ) -> dict[str, dict[float, list[tuple[float, str]]]]:
+    """variant -> x (sequences or width) -> [(test accuracy, sweep folder name)] over every
+    finished run of `sweep_dirs` whose config matches every `where` filter."""
+    if axis not in AXES:
+        raise ModformerError(f"--x must be one of {', '.join(AXES)}, got '{axis}'")
+    filters = _where(where)
+    points: dict[str, dict[float, list[tuple[float, str]]]] = defaultdict(lambda: defaultdict(list))
+    for sweep_dir in map(Path, sweep_dirs):
+        if not (sweep_dir / "sweep.yaml").exists():
+            raise ModformerError(f"{sweep_dir} is not a sweep directory (no sweep.yaml)")
+        for run in read_results(sweep_dir).values():
+            if run["status"] != "done":
+                continue
+            config = run_config(sweep_dir, run)
+            if config is None:
+                raise ModformerError(f"{sweep_dir}: run {run['run_id']} has no config.yaml; its records are incomplete")
+            flat = flatten(config)
+            unknown = [k for k in filters if k not in flat]
+            if unknown:
+                raise ModformerError(f"--where {unknown[0]}: no such config key in {sweep_dir} "
+                                     f"(run {run['run_id']})")
+            if not all(_same(flat[k], v) for k, v in filters.items()):
+                continue
+            x = budget(config)[axis]
+            points[run["variant"]][x].append((run["summary"]["test"]["accuracy"], sweep_dir.name))
+    if not points:
+        raise ModformerError("no finished run of " + ", ".join(map(str, sweep_dirs)) + " matches "
+                             + (" ".join(where) if where else "(no filter)"))
+    return points
+
+
+def write_curve(sweep_dirs: Sequence[Path], out: Path, where: Sequence[str] = (), axis: str = "sequences") -> Path:
+    """Draw the curve to `out` (.png) and its table to the same name with .md; returns the table's path."""
+    points = curve_points(sweep_dirs, where, axis)
+    out = Path(out)
+    draw_curves({variant: {x: [acc for acc, _ in runs] for x, runs in xs.items()} for variant, xs in points.items()},
+                axis, AXES[axis], out)
+    lines = [f"# {out.stem}: test accuracy against {axis}", "",
+             f"From {', '.join(f'`{Path(d)}`' for d in sweep_dirs)}"
+             + (f", runs with {', '.join(f'`{w}`' for w in where)}" if where else "")
+             + f"; the paper's {axis}: ~{AXES[axis]:,}. Figure: [{out.name}]({out.name}).", "",
+             f"| variant | {axis} | fraction of the paper's | seeds | test accuracy (mean ± std [95% interval]) "
+             "| from |", "|---|---|---|---|---|---|"]
+    for variant, xs in sorted(points.items()):
+        for x, runs in sorted(xs.items()):
+            stats = summarize([acc for acc, _ in runs])
+            lines.append(f"| {variant} | {x:,} | {x / AXES[axis]:.3g} | {len(runs)} | "
+                         f"{stats.format(bounds=(0.0, 1.0))} | {', '.join(sorted({d for _, d in runs}))} |")
+    command = ["modformer curve", *map(str, sweep_dirs), *(f"--where {w}" for w in where), f"--x {axis}",
+               f"--out {out}"]
+    lines += ["", "Reproduce:", "", "    " + " ".join(command)]
+    table = out.with_suffix(".md")
+    atomic_write_text(table, "\n".join(lines) + "\n")
+    return table
