@@ -6,8 +6,9 @@ one process, in turn (`time_interleaved`): our standard model, the same weights 
 `LlamaForCausalLM` (`to_hf_llama`), and our Frozen-QK and MixiT variants. Model FLOPs
 utilisation uses the standard model's training FLOPs per token, 6 N + 12 L T d (N: matrix
 parameters of the blocks and head; the second term is attention's scores and mixing),
-against the machine's matrix-multiply peak measured by `matmul_peak` (modformer.train.mfu) in the same run, so
-the variants' MFU shows how much of the standard model's work per second they match.
+against the machine's matrix-multiply peak measured by `matmul_peak` (modformer.train.mfu)
+in the same run, so the variants' MFU shows how much of the standard model's work per
+second they match.
 
 After the timing, one more step of each contender is measured for peak memory
 (`peak_step_memory`: the most bytes tensors hold at once during the step, parameters,

@@ -19,9 +19,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Sequence
 
-import yaml
-
-from ..configtools import flatten
+from ..configtools import apply_override, flatten
 from ..construction import REFERENCE_SEQUENCES, REFERENCE_WIDTH, budget
 from ..errors import ModformerError
 from ..files import atomic_write_text
@@ -33,14 +31,11 @@ AXES = {"sequences": REFERENCE_SEQUENCES, "width": REFERENCE_WIDTH}
 
 
 def _where(assignments: Sequence[str]) -> dict[str, Any]:
-    """`KEY=VALUE` filters, the value read as YAML, as a config override's is."""
-    filters = {}
+    """`KEY=VALUE` filters as dotted keys, parsed as config overrides are (`apply_override`)."""
+    data: dict[str, Any] = {}
     for assignment in assignments:
-        key, sep, value = assignment.partition("=")
-        if not sep or not key:
-            raise ModformerError(f"--where takes KEY=VALUE (e.g. train.lr=0.003), got '{assignment}'")
-        filters[key] = yaml.safe_load(value)
-    return filters
+        apply_override(data, assignment)
+    return flatten(data)
 
 
 def _same(value: Any, wanted: Any) -> bool:
