@@ -107,7 +107,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_curve(args: argparse.Namespace) -> int:
-    table = write_curve([Path(d) for d in args.sweep_dirs], Path(args.out), args.where, args.x)
+    table = write_curve([Path(d) for d in args.sweep_dirs], Path(args.out), args.where, args.x, args.metric)
     print(table.read_text() + f"\nfigure: {args.out}\ntable: {table}")
     return 0
 
@@ -208,8 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
     rp.set_defaults(func=cmd_report)
 
     cv = sub.add_parser("curve", help="one budget or width curve from the runs of several sweeps",
-                        description="Plot test accuracy against sequences trained on (or width), one line per "
-                                    "variant, from every finished run of the given sweep folders that matches "
+                        description="Plot test accuracy (or --metric) against sequences trained on (or width), one "
+                                    "line per variant, from every finished run of the given sweep folders that matches "
                                     "--where; write the figure and, beside it, a Markdown table of its points "
                                     "with the folder each came from.")
     cv.add_argument("sweep_dirs", nargs="+", help="sweep directories")
@@ -217,6 +217,8 @@ def build_parser() -> argparse.ArgumentParser:
     cv.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
                     help="only runs whose config has this value (repeatable), e.g. train.lr=0.003")
     cv.add_argument("--x", choices=["sequences", "width"], default="sequences", help="the x axis")
+    cv.add_argument("--metric", default="accuracy",
+                    help="the test metric on the y axis, as the runs' summaries name it (e.g. loss)")
     cv.set_defaults(func=cmd_curve)
 
     add_signal_command(sub)

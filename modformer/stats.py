@@ -40,6 +40,12 @@ class Summary:
         return f"{self.mean:.{digits}f} ± {self.std:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
 
 
+def metric_bounds(metric: str) -> tuple[float, float] | None:
+    """The possible range of a metric, by its name: [0, 1] for accuracies, >= 0 for losses,
+    unbounded otherwise (Summary.format and the figures clip intervals to it)."""
+    return (0.0, 1.0) if "accuracy" in metric else (0.0, math.inf) if "loss" in metric else None
+
+
 def summarize(values: Sequence[float]) -> Summary:
     n = len(values)
     if n == 0:

@@ -241,7 +241,7 @@ def test_a_curve_gathers_the_matching_runs_of_several_sweeps(tmp_path):
             config = {"model": {"d_model": 64}, "train": {"steps": steps, "batch_size": 256, "lr": lr}}
             (out / "runs" / run_id / "config.yaml").write_text(yaml.safe_dump(config))
             lines.append({"run_id": run_id, "variant": variant, "status": "done", "run_dir": f"runs/{run_id}",
-                          "summary": {"test": {"accuracy": accuracy}}})
+                          "summary": {"test": {"accuracy": accuracy, "loss": 1 - accuracy}}})
         (out / "results.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
         return out
 
@@ -255,7 +255,14 @@ def test_a_curve_gathers_the_matching_runs_of_several_sweeps(tmp_path):
     rows = [line for line in table.read_text().splitlines() if line.startswith("| standard |")]
     assert len(rows) == 2 and rows[0].endswith("| first |") and rows[1].startswith("| standard | 204,800 | 0.016 | 3 |")
     assert (tmp_path / "curve.png").stat().st_size > 0
+    losses = curve_points([first, later], ["train.lr=0.003"], metric="loss")["standard"]
+    assert sorted(v for v, _ in losses[204_800]) == pytest.approx([0.08, 0.09, 0.1])
+    table = write_curve([first, later], tmp_path / "loss.png", ["train.lr=0.003"], metric="loss")
+    assert "| test loss (mean" in table.read_text() and table.read_text().rstrip().endswith("--metric loss --out "
+                                                                                           + str(tmp_path / "loss.png"))
 
+    with pytest.raises(ModformerError, match="--metric perplexity: .* has no such test metric"):
+        curve_points([first], metric="perplexity")
     with pytest.raises(ModformerError, match="train.learning_rate: no such config key"):
         curve_points([first], ["train.learning_rate=0.003"])
     with pytest.raises(ModformerError, match="no finished run"):

@@ -1,16 +1,18 @@
-"""Test accuracy against budget or width, for sweeps whose grid varies `train.steps`,
-`train.batch_size` or `model.d_model`: each grid point is a full run with its own schedule,
-so a point is what that budget buys, not a snapshot of a longer run."""
+"""A test metric (the sweep's: accuracy, or loss for language modelling) against budget or
+width, for sweeps whose grid varies `train.steps`, `train.batch_size` or `model.d_model`:
+each grid point is a full run with its own schedule, so a point is what that budget buys,
+not a snapshot of a longer run."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 from ..construction import REFERENCE_SEQUENCES, REFERENCE_WIDTH, budget
 from ..figures import plt, save_figure
 from .runner import run_config
-from ..stats import summarize
+from ..stats import metric_bounds, summarize
 
 BUDGET_KEYS = ("train.steps", "train.batch_size")
 WIDTH_KEY = "model.d_model"
@@ -24,8 +26,8 @@ def _run_budget(sweep_dir: Path, run: dict[str, Any]) -> dict[str, float] | None
 
 
 def plot_budget(sweep_dir: Path, path: Path, grid: dict[str, list], variants: list[str],
-                groups: dict[tuple[str, str], list[dict]]) -> str | None:
-    """Draw test accuracy (mean over seeds, 95% interval) against sequences trained on, or
+                groups: dict[tuple[str, str], list[dict]], metric: str = "accuracy") -> str | None:
+    """Draw the test `metric` (mean over seeds, 95% interval) against sequences trained on, or
     against width, one line per variant and per value of the other grid keys; the paper's
     budget (or width) is marked. Returns the figure's caption, or None when the grid varies
     neither."""
@@ -40,30 +42,35 @@ def plot_budget(sweep_dir: Path, path: Path, grid: dict[str, list], variants: li
             continue
         for run in runs:
             b = _run_budget(sweep_dir, run)
-            if b is None:
+            if b is None or metric not in run["summary"]["test"]:
                 continue
             label = ", ".join([variant, *(f"{k}={run['point'][k]}" for k in others if k in run["point"])])
-            lines.setdefault(label, {}).setdefault(b[field], []).append(run["summary"]["test"]["accuracy"])
+            lines.setdefault(label, {}).setdefault(b[field], []).append(run["summary"]["test"][metric])
     if not lines:
         return None
-    draw_curves(lines, field, mark, path)
+    draw_curves(lines, field, mark, path, metric)
     what = "sequences trained on (log scale)" if by_budget else "width"
-    return f"Test accuracy against {what}, every grid point (mean over seeds, error bars: 95% interval)"
+    return f"Test {metric} against {what}, every grid point (mean over seeds, error bars: 95% interval)"
 
 
-def draw_curves(lines: dict[str, dict[float, list[float]]], field: str, mark: float, path: Path) -> None:
-    """One line per label: test accuracy (mean over its runs, 95% interval) at each x, with
-    the paper's `field` ("sequences" or "width") marked at `mark`; x on a log scale."""
+def draw_curves(lines: dict[str, dict[float, list[float]]], field: str, mark: float, path: Path,
+                metric: str = "accuracy") -> None:
+    """One line per label: the test `metric` (mean over its runs, 95% interval, clipped to the
+    metric's range) at each x, with the paper's `field` ("sequences" or "width") marked at
+    `mark`; x on a log scale."""
+    low_bound, high_bound = metric_bounds(metric) or (-math.inf, math.inf)
     fig, ax = plt.subplots(figsize=(7, 4))
     for label, points in sorted(lines.items()):
         xs = sorted(points)
         stats = [summarize(points[x]) for x in xs]
-        below = [0.0 if s.n < 2 else s.mean - max(s.low, 0.0) for s in stats]
-        above = [0.0 if s.n < 2 else min(s.high, 1.0) - s.mean for s in stats]
+        below = [0.0 if s.n < 2 else s.mean - max(s.low, low_bound) for s in stats]
+        above = [0.0 if s.n < 2 else min(s.high, high_bound) - s.mean for s in stats]
         ax.errorbar(xs, [s.mean for s in stats], yerr=[below, above], marker="o", capsize=3, label=label)
     ax.axvline(mark, color="grey", linestyle="--", label=f"the paper's {field} (~{mark:,})")
     ax.set(xscale="log", xlabel="sequences trained on" if field == "sequences" else "width (d_model)",
-           ylabel="test accuracy", ylim=(-0.02, 1.02))
+           ylabel=f"test {metric}")
+    if "accuracy" in metric:
+        ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()

@@ -2,12 +2,12 @@
 
 A curve's points often come from different sweeps: the 1x point from the sweep that made a
 verdict, the 4x and 16x points from a budget sweep run later, width 512 from a run that did
-not fit with the others. `modformer curve DIR... --out FILE.png` draws test accuracy against
-sequences trained on (or width), one line per variant, from every finished run of those
-folders that matches `--where` (e.g. `train.lr=0.003`, so that a sweep whose grid held two
-rates adds only the runs comparable with the others), and writes beside the figure a
-Markdown table of every point with the folder it came from, so that the figure can be traced
-to committed records.
+not fit with the others. `modformer curve DIR... --out FILE.png` draws test accuracy (or
+another test metric, e.g. `--metric loss`) against sequences trained on (or width), one line
+per variant, from every finished run of those folders that matches `--where` (e.g.
+`train.lr=0.003`, so that a sweep whose grid held two rates adds only the runs comparable
+with the others), and writes beside the figure a Markdown table of every point with the
+folder it came from, so that the figure can be traced to committed records.
 
     modformer curve results/random_attention/addition_reference results/random_attention/addition_budget \\
         --where train.lr=0.003 --out results/random_attention/addition_curve.png
@@ -23,7 +23,7 @@ from ..configtools import apply_override, flatten
 from ..construction import REFERENCE_SEQUENCES, REFERENCE_WIDTH, budget
 from ..errors import ModformerError
 from ..files import atomic_write_text
-from ..stats import summarize
+from ..stats import metric_bounds, summarize
 from .budget_plot import draw_curves
 from .runner import read_results, run_config
 
@@ -50,8 +50,8 @@ def _same(value: Any, wanted: Any) -> bool:
 
 
 def curve_points(sweep_dirs: Sequence[Path], where: Sequence[str] = (), axis: str = "sequences",
-                 ) -> dict[str, dict[float, list[tuple[float, str]]]]:
-    """variant -> x (sequences or width) -> [(test accuracy, sweep folder name)] over every
+                 metric: str = "accuracy") -> dict[str, dict[float, list[tuple[float, str]]]]:
+    """variant -> x (sequences or width) -> [(test `metric`, sweep folder name)] over every
     finished run of `sweep_dirs` whose config matches every `where` filter."""
     if axis not in AXES:
         raise ModformerError(f"--x must be one of {', '.join(AXES)}, got '{axis}'")
@@ -73,33 +73,37 @@ def curve_points(sweep_dirs: Sequence[Path], where: Sequence[str] = (), axis: st
                                      f"(run {run['run_id']})")
             if not all(_same(flat[k], v) for k, v in filters.items()):
                 continue
-            x = budget(config)[axis]
-            points[run["variant"]][x].append((run["summary"]["test"]["accuracy"], sweep_dir.name))
+            test = run["summary"]["test"]
+            if metric not in test:
+                raise ModformerError(f"--metric {metric}: run {run['run_id']} of {sweep_dir} has no such test metric "
+                                     f"(it has {', '.join(sorted(test))})")
+            points[run["variant"]][budget(config)[axis]].append((test[metric], sweep_dir.name))
     if not points:
         raise ModformerError("no finished run of " + ", ".join(map(str, sweep_dirs)) + " matches "
                              + (" ".join(where) if where else "(no filter)"))
     return points
 
 
-def write_curve(sweep_dirs: Sequence[Path], out: Path, where: Sequence[str] = (), axis: str = "sequences") -> Path:
+def write_curve(sweep_dirs: Sequence[Path], out: Path, where: Sequence[str] = (), axis: str = "sequences",
+                metric: str = "accuracy") -> Path:
     """Draw the curve to `out` (.png) and its table to the same name with .md; returns the table's path."""
-    points = curve_points(sweep_dirs, where, axis)
+    points = curve_points(sweep_dirs, where, axis, metric)
     out = Path(out)
-    draw_curves({variant: {x: [acc for acc, _ in runs] for x, runs in xs.items()} for variant, xs in points.items()},
-                axis, AXES[axis], out)
-    lines = [f"# {out.stem}: test accuracy against {axis}", "",
+    draw_curves({variant: {x: [value for value, _ in runs] for x, runs in xs.items()}
+                 for variant, xs in points.items()}, axis, AXES[axis], out, metric)
+    lines = [f"# {out.stem}: test {metric} against {axis}", "",
              f"From {', '.join(f'`{Path(d)}`' for d in sweep_dirs)}"
              + (f", runs with {', '.join(f'`{w}`' for w in where)}" if where else "")
              + f"; the paper's {axis}: ~{AXES[axis]:,}. Figure: [{out.name}]({out.name}).", "",
-             f"| variant | {axis} | fraction of the paper's | seeds | test accuracy (mean ± std [95% interval]) "
+             f"| variant | {axis} | fraction of the paper's | seeds | test {metric} (mean ± std [95% interval]) "
              "| from |", "|---|---|---|---|---|---|"]
     for variant, xs in sorted(points.items()):
         for x, runs in sorted(xs.items()):
-            stats = summarize([acc for acc, _ in runs])
+            stats = summarize([value for value, _ in runs])
             lines.append(f"| {variant} | {x:,} | {x / AXES[axis]:.3g} | {len(runs)} | "
-                         f"{stats.format(bounds=(0.0, 1.0))} | {', '.join(sorted({d for _, d in runs}))} |")
+                         f"{stats.format(bounds=metric_bounds(metric))} | {', '.join(sorted({d for _, d in runs}))} |")
     command = ["modformer curve", *map(str, sweep_dirs), *(f"--where {w}" for w in where), f"--x {axis}",
-               f"--out {out}"]
+               *([f"--metric {metric}"] if metric != "accuracy" else []), f"--out {out}"]
     lines += ["", "Reproduce:", "", "    " + " ".join(command)]
     table = out.with_suffix(".md")
     atomic_write_text(table, "\n".join(lines) + "\n")

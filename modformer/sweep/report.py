@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from ..files import atomic_write_text
 from ..train.records import read_records
 from .budget_plot import plot_budget
 from .runner import read_results, run_config
-from ..stats import summarize
+from ..stats import metric_bounds, summarize
 
 
 def _load(sweep_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
@@ -78,8 +77,7 @@ def choose(groups: dict[tuple[str, str], list[dict]], metric: str, mode: str, se
 
 
 def _cell(values: list[float], metric: str = "accuracy") -> str:
-    bounds = (0.0, 1.0) if "accuracy" in metric else (0.0, math.inf) if "loss" in metric else None
-    return summarize(values).format(bounds=bounds)
+    return summarize(values).format(bounds=metric_bounds(metric))
 
 
 def _mfu(summaries: list[dict]) -> str:
@@ -198,7 +196,7 @@ def write_report(sweep_dir: str | Path) -> Path:
     if _plot_induction(sweep_dir, sweep_dir / "induction.png", variants, groups, chosen):
         figures.append(("Strongest induction head (max over layers and heads) during training, chosen settings "
                         "(mean over seeds, band: min to max)", "induction.png"))
-    caption = plot_budget(sweep_dir, sweep_dir / "budget.png", sw["grid"], variants, groups)
+    caption = plot_budget(sweep_dir, sweep_dir / "budget.png", sw["grid"], variants, groups, metric)
     if caption:
         figures.append((caption, "budget.png"))
     lines += ["## Figures", ""] + [f"{title}:\n\n![{file}]({file})\n" for title, file in figures]
