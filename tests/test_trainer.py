@@ -1,4 +1,5 @@
 import json
+import os
 import shutil
 
 import pytest
@@ -9,6 +10,7 @@ from modformer.tasks.retrieval import Retrieval
 from modformer.train.checkpoint import list_checkpoints, read_checkpoint
 from modformer.train.records import read_records
 from modformer.train.trainer import Trainer
+from modformer.version import machine
 
 
 def run(cfg, out, **kw):
@@ -48,6 +50,8 @@ def test_tiny_training_reaches_95_percent(tiny_config, tmp_path, variant):
     assert set(summary["test"]["slices"]["n_pairs"]) == {"1", "2"}
     for name in ("config.yaml", "run.json", "metrics.jsonl", "summary.json", "curves.png"):
         assert (tmp_path / "run" / name).is_file(), name
+    start = json.loads((tmp_path / "run" / "run.json").read_text())["starts"][0]
+    assert start["machine"] == machine() and f"{len(os.sched_getaffinity(0))} CPUs" in start["machine"]
 
 
 def test_same_seed_is_bit_identical(tiny_config, tmp_path):

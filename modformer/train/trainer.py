@@ -28,7 +28,7 @@ from ..precision import resolve_precision
 from ..registry import TASKS
 from ..tasks.base import IGNORE
 from ..variants import build_model
-from ..version import code_version
+from ..version import code_version, machine
 from .checkpoint import checkpoint_path, list_checkpoints, load_model_state, read_checkpoint, save_checkpoint
 from .distributed import init_world
 from .loop import TrainingLoop, resolve_device
@@ -86,7 +86,7 @@ class Trainer(TrainingLoop):
         info_path = self.run_dir / "run.json"
         starts = json.loads(info_path.read_text()).get("starts", []) if self.resume and info_path.exists() else []
         starts.append({"command": self.command, "code_version": code_version(), "torch": torch.__version__,
-                       "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+                       "machine": machine(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
         atomic_write_text(info_path, json.dumps({"starts": starts}, indent=2) + "\n")
 
     def _check_same_config(self, saved: Path) -> None:
