@@ -26,27 +26,21 @@ def code_version() -> str:
 
 @functools.lru_cache(maxsize=1)
 def machine() -> str:
-    """The CPU's model name, the CPUs this process may use and whether it has AVX-512 and
-    AMX (on which float32 and bf16 speed depend), plus the GPU where CUDA is available, e.g.
-    'Intel(R) Xeon(R) Processor, 2 CPUs, AVX-512, AMX': the machine a run's times and MFUs
-    are for, since machines of one kind differ by up to 2x."""
-    cpu, flags = platform.processor() or platform.machine(), set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name":
-                cpu = value.strip()
-            elif key.strip() == "flags":
-                flags = set(value.split())
-                break
+    """The CPU's model name, the CPUs this process may use and the vector instructions torch's
+    kernels use there (AVX512 or AVX2, on which speed depends), plus the GPU where CUDA is
+    available, e.g. 'Intel(R) Xeon(R) Processor, 2 CPUs, AVX512': the machine a run's times
+    and MFUs are for, since machines of one kind differ by up to 2x. (The precision a run
+    computed in is in its summary.)"""
+    import torch  # here, so that importing the version does not import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:  # Linux names the model only here (platform.processor() is empty there)
+        cpu = next((line.partition(":")[2].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                    if line.startswith("model name")), cpu)
     except OSError:
         pass
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    parts = [cpu or "unknown CPU", f"{cpus} CPUs"]
-    if flags:  # unknown without /proc/cpuinfo: say nothing rather than "no AVX-512"
-        parts += ["AVX-512" if "avx512f" in flags else "no AVX-512"] + (["AMX"] if "amx_tile" in flags else [])
-    import torch  # here, so that importing the version does not import torch
-
+    parts = [cpu or "unknown CPU", f"{cpus} CPUs", torch.backends.cpu.get_cpu_capability()]
     if torch.cuda.is_available():
         parts.append(torch.cuda.get_device_name())
     return ", ".join(parts)

@@ -69,8 +69,8 @@ def draw_curves(lines: dict[str, dict[float, list[float]]], field: str, mark: fl
     ax.axvline(mark, color="grey", linestyle="--", label=f"the paper's {field} (~{mark:,})")
     ax.set(xscale="log", xlabel="sequences trained on" if field == "sequences" else "width (d_model)",
            ylabel=f"test {metric}")
-    if "accuracy" in metric:
-        ax.set_ylim(-0.02, 1.02)
+    if math.isfinite(low_bound) and math.isfinite(high_bound):  # a bounded metric (accuracy): its whole range
+        ax.set_ylim(low_bound - 0.02, high_bound + 0.02)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
