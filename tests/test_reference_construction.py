@@ -88,10 +88,13 @@ def test_mixit_gets_learned_positions_that_reach_the_output():
 
 
 def test_sink_head_is_exactly_half_on_token_zero_and_half_on_itself():
+    """modeling_llama.py: eye * 0.5, then column 0 set to 0.5, so [0, 0] is 0.5 (not 1) and
+    row 0 sums to 0.5."""
     model = build_model(reference().model, seed=0)
     T = model.max_seq_len
     sink = 0.5 * torch.eye(T)
-    sink[:, 0] += 0.5
+    sink[:, 0] = 0.5
+    assert sink[0, 0] == 0.5 and sink[0].sum() == 0.5 and torch.all(sink[1:].sum(-1) == 1.0)
     for block in model.blocks:
         assert torch.equal(block.mixer.mixing[0], sink)
         assert not torch.equal(block.mixer.mixing[1], sink)

@@ -64,17 +64,20 @@ def test_fixed_parts_unchanged_after_training_steps(variant):
 @pytest.mark.parametrize("cfg", [MixingConfig(), MixingConfig(scale=3.0), MixingConfig(sink_head=True),
                                  MixingConfig(causal=False), MixingConfig(sigma_range=(0.5, 0.5))])
 def test_mixing_rows_sum_to_one(cfg):
+    """Every row sums to 1, but the reference's sink head's first row, which sums to 0.5."""
     mix = mixing_matrices(8, 64, 16, cfg, torch.Generator().manual_seed(0)).double()
-    torch.testing.assert_close(mix.sum(-1), torch.ones(8, 64, dtype=torch.float64), atol=1e-6, rtol=0)
+    sums = torch.ones(8, 64, dtype=torch.float64)
+    if cfg.sink_head:
+        sums[0, 0] = 0.5
+    torch.testing.assert_close(mix.sum(-1), sums, atol=1e-6, rtol=0)
     if cfg.causal:
         assert torch.all(mix.triu(1) == 0)
         # A causal prefix is itself a valid mixing matrix: what shorter sequences use.
-        torch.testing.assert_close(mix[:, :10, :10].sum(-1), torch.ones(8, 10, dtype=torch.float64),
-                                   atol=1e-6, rtol=0)
+        torch.testing.assert_close(mix[:, :10, :10].sum(-1), sums[:, :10], atol=1e-6, rtol=0)
     else:
         assert (mix.triu(1) != 0).any()
     if cfg.sink_head:
-        assert mix[0, 5, 0] == 0.5 and mix[0, 5, 5] == 0.5 and mix[0, 0, 0] == 1.0
+        assert mix[0, 5, 0] == 0.5 and mix[0, 5, 5] == 0.5 and mix[0, 0, 0] == 0.5
 
 
 def test_mixing_noise_scale_per_head_lies_in_the_sigma_range():

@@ -17,7 +17,8 @@ class MixingConfig:
     scale: float = option(1.0, "c in A = tril(I + c (N - drift)): how far the mixing departs from the identity")
     sigma_range: tuple[float, float] | None = option(
         None, "range of each head's noise std sigma_h (drawn uniformly); null: [1/sqrt(T d_h), 1/sqrt(T)]")
-    sink_head: bool = option(False, "overwrite head 0 with the reference's sink pattern (0.5 on token 0, 0.5 on itself)")
+    sink_head: bool = option(False, "overwrite head 0 with the reference's sink pattern: 0.5 on token 0 and 0.5 on "
+                                    "itself, token 0's own row being 0.5 (so it sums to 0.5, every later row to 1)")
     causal: bool = option(True, "causal (lower-triangular) mixing; false: bidirectional (see bidirectional_drift)")
     bidirectional_drift: str = option(
         "row_sum", "how a bidirectional row's drift is normalised: row_sum divides row i's noise sum by T, so every "

@@ -46,9 +46,10 @@ def mixing_matrices(n_heads: int, T: int, head_dim: int, cfg: MixingConfig,
         drift = noise.sum(-1, keepdim=True) / rows
         mix = eye + cfg.scale * (noise - drift)
     if cfg.sink_head:
-        sink = torch.zeros(T, T, dtype=torch.float64)
-        sink[:, 0] += 0.5
-        sink += 0.5 * eye
+        # The reference's order (modeling_llama.py, LlamaAttention): 0.5 * I, then column 0 set
+        # to 0.5, so [0, 0] is 0.5, not 1: token 0's row sums to 0.5, every later row to 1.
+        sink = 0.5 * eye
+        sink[:, 0] = 0.5
         mix[0] = sink
     return mix.float()
 
