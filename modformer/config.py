@@ -127,6 +127,10 @@ def config_from_dict(data: dict[str, Any] | None, *, saved: bool = False) -> Run
         model = replace(model, max_seq_len=task.seq_len)
     elif task.seq_len > model.max_seq_len:
         raise ConfigError(f"model.max_seq_len={model.max_seq_len} is shorter than the task's sequences ({task.seq_len})")
+    if model.pad_embedding_frozen and model.pad_id is None:
+        if getattr(task, "pad_id", None) is None:
+            raise ConfigError(f"model.pad_embedding_frozen needs a pad token: task {name} has none, so set model.pad_id")
+        model = replace(model, pad_id=task.pad_id)
     return RunConfig(model=model, task=task_cfg, train=train)
 
 

@@ -1,41 +1,53 @@
 """The random-attention reference construction (princeton-pli/MixiT) as one switch.
 
 `model.construction: reference` fills in, for every key the config does not set itself,
-the value the reference code uses for the chosen variant: plain Llama ("vanilla" in the
-reference) for attention models, the reference's mixing mode for models whose mixer is
-`mixing` (MixiT), and the reference's optimizer settings. Keys set in the file or on the
+the value the reference code uses for the chosen variant and task. The reference has three
+trainers, each building and training its own way, all over `modeling_llama.py`: `depth.py`
+(the algorithmic tasks), `trainer.py` (language modelling, task `lm`) and
+`trainer_classifier.py` (sentiment, task `sentiment`); `trainer_of` says which one a config
+reproduces. Within it, attention models get plain Llama ("vanilla" in the reference) and
+models whose mixer is `mixing` (MixiT) its mixing mode. Keys set in the file or on the
 command line win, so an ablation of one point is one override; `construction_label` then
 names the points that differ. The resolved config (config.yaml) holds every filled value.
 
-Each point names where in the reference it comes from; README.md ("The reference
-construction") lists them beside our corrected defaults.
+Where the reference itself has two readings, a named option chooses: `model.reference_transformers`
+(the classifier's attention is causal under transformers 4.50-4.52, bidirectional from
+4.53). Each point names where in the reference it comes from; README.md ("The reference
+construction") lists them beside our corrected defaults; `scripts/reference_parity.py`
+measures the built models against the reference's own.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from .configtools import from_dict
 from .model.config import ModelConfig
 from .registry import VARIANTS
 
+DEPTH, LM_TRAINER, CLASSIFIER = "depth.py", "trainer.py", "trainer_classifier.py"
+TRAINERS = (DEPTH, LM_TRAINER, CLASSIFIER)
+# The reference trainer of each task; every other task is an algorithmic one (depth.py).
+TRAINER_OF_TASK = {"lm": LM_TRAINER, "sentiment": CLASSIFIER}
+
 
 @dataclass(frozen=True)
 class Point:
     key: str  # dotted config key
-    value: Any  # the reference's value
+    value: Any  # the reference's value, or a function of the raw config data giving it
     modes: tuple[str, ...]  # "vanilla" (attention models), "mixing" (the mixing mixer), or both
     source: str  # where the reference sets it
+    trainers: tuple[str, ...] = TRAINERS  # the reference trainers that build it so
 
-    def applies(self, mode: str) -> bool:
-        return mode in self.modes
+    def applies(self, mode: str, trainer: str) -> bool:
+        return mode in self.modes and trainer in self.trainers
 
-    @property
-    def plain(self) -> Any:
-        """The value as plain config data holds it (YAML has lists, not tuples)."""
-        return list(self.value) if isinstance(self.value, tuple) else self.value
+    def plain(self, data: dict[str, Any]) -> Any:
+        """The value for this config, as plain config data holds it (YAML has lists, not tuples)."""
+        value = self.value(data) if callable(self.value) else self.value
+        return list(value) if isinstance(value, tuple) else value
 
 
 BOTH = ("vanilla", "mixing")
@@ -43,22 +55,61 @@ MIXING = ("mixing",)
 VANILLA = ("vanilla",)
 LLAMA = "transformers LlamaForCausalLM, which depth.py builds in vanilla mode"
 SQRT_HALF = math.sqrt(0.5)
+HF_TRAINERS = (LM_TRAINER, CLASSIFIER)  # both take utils.py TrainingArguments as they are
+
+
+def _steps(data: dict[str, Any]) -> int:
+    from .train.config import TrainConfig  # here: the train package imports this module
+
+    train = data.get("train") or {}
+    steps = train.get("steps", TrainConfig.steps) if isinstance(train, dict) else TrainConfig.steps
+    return steps if isinstance(steps, int) else TrainConfig.steps  # a bad value: the strict loader names it
+
+
+def hf_warmup(data: dict[str, Any]) -> int:
+    """utils.py TrainingArguments.__post_init__: max(int(0.04 * max_steps), 500)."""
+    return max(int(0.04 * _steps(data)), 500)
+
+
+READINGS = ("v4.50", "v4.53")  # model.reference_transformers
+
+
+def classifier_causal(data: dict[str, Any]) -> bool:
+    """The classifier's attention under the chosen transformers: `is_causal=False` is stored on
+    the attention module and read by SDPA only from 4.53 on."""
+    return (data.get("model") or {}).get("reference_transformers", READINGS[0]) != "v4.53"
+
 
 POINTS: tuple[Point, ...] = (
     Point("model.learned_positions", True, MIXING,
           "modeling_llama.py ~781 and ~847: learned absolute positions (wpe) added to the token embeddings"),
     Point("model.mixing.sink_head", True, MIXING,
-          "modeling_llama.py, mixing attention: head 0 is 0.5 on token 0 and 0.5 on itself"),
+          "modeling_llama.py ~471-473: head 0 is eye * 0.5 with column 0 then set to 0.5 ([0, 0] = 0.5)"),
     Point("model.skip_scale", SQRT_HALF, MIXING,
-          "depth.py get_model_config: skip_scaling = np.sqrt(0.5); LlamaDecoderLayer scales the skip by it"),
+          "depth.py get_model_config: skip_scaling = np.sqrt(0.5); LlamaDecoderLayer scales the skip by it",
+          (DEPTH,)),
     Point("model.residual_scale", SQRT_HALF, MIXING,
-          "LlamaDecoderLayer: branch scaled by sqrt(1 - skip_scaling^2) (as GPT2Block in modeling_gpt2.py)"),
+          "LlamaDecoderLayer: branch scaled by sqrt(1 - skip_scaling^2) (as GPT2Block in modeling_gpt2.py)", (DEPTH,)),
+    Point("model.skip_scale", 0.5, MIXING,
+          "trainer.py get_model_config passes args.skip_scaling, utils.py ScriptArguments default 0.5", (LM_TRAINER,)),
+    Point("model.residual_scale", math.sqrt(0.75), MIXING,
+          "LlamaDecoderLayer ~581-583: branch scaled by sqrt(1 - 0.5^2)", (LM_TRAINER,)),
+    Point("model.skip_scale", SQRT_HALF, MIXING,
+          "trainer_classifier.py get_model_config: skip_scaling = np.sqrt(0.5)", (CLASSIFIER,)),
+    Point("model.residual_scale", SQRT_HALF, MIXING,
+          "LlamaDecoderLayer: branch scaled by sqrt(1 - skip_scaling^2)", (CLASSIFIER,)),
     Point("model.ffn", "shaped_leaky_glu", MIXING,
           "LlamaMLP in mixing mode: down(gain * LeakyReLU_s(gate x) * up x), s = 1 + activation_cminus/sqrt(d), "
           "activation_cminus = -1 (utils.py ScriptArguments), gain = calculate_gain('leaky_relu', s)"),
     Point("model.scaled_linear", (512.0, 1.0), MIXING,
           "ScaledLinear in mixing mode: output x sqrt(base / fan_in), base_hidden_size = 512 (utils.py "
-          "ScriptArguments) for V, O, gate, up and the head, base_intermediate_size = 1 for down"),
+          "ScriptArguments) for V, O, gate, up and the head, base_intermediate_size = 1 for down",
+          (DEPTH, LM_TRAINER)),
+    Point("model.scaled_linear", (1.0, 1.0), MIXING,
+          "trainer_classifier.py ~249-279 passes no base_hidden_size: MixingLlamaConfig's default 1.0 "
+          "(modeling_llama.py ~74, 98, 101) for V, O, gate, up and the score head, and 1 for down", (CLASSIFIER,)),
+    Point("model.mixing.causal", False, MIXING,
+          "trainer_classifier.py ~263: is_causal=False, which the mixing attention reads (no tril)", (CLASSIFIER,)),
     Point("model.mixing.bidirectional_drift", "reference", MIXING,
           "mixing attention: the drift divides row i's noise sum by i + 1 also when not causal "
           "(trainer_classifier.py's bidirectional classifier)"),
@@ -68,15 +119,31 @@ POINTS: tuple[Point, ...] = (
     Point("model.residual_scale", 1.0, VANILLA, LLAMA + ": x + branch"),
     Point("model.ffn", "swiglu", VANILLA, LLAMA + ": LlamaMLP down(silu(gate x) * up x)"),
     Point("model.scaled_linear", None, VANILLA, LLAMA + ": plain nn.Linear"),
-    Point("model.attn_bias", True, BOTH, "depth.py get_model_config: config.attention_bias = True"),
-    Point("model.ffn_bias", True, BOTH, "depth.py get_model_config: config.mlp_bias = True"),
+    Point("model.attention.causal", classifier_causal, VANILLA,
+          "trainer_classifier.py ~263 sets is_causal=False on the attention module, which only stores it "
+          "(modeling_llama.py ~424, ~553-562): SDPA decides causality itself under transformers 4.50-4.52 "
+          "(causal) and reads the flag from 4.53 (bidirectional); model.reference_transformers chooses",
+          (CLASSIFIER,)),
+    Point("model.pad_embedding_frozen", True, BOTH,
+          "trainer_classifier.py passes pad_token_id (= eos): the embedding's padding_idx, a row zeroed at init "
+          "(modeling_llama.py _init_weights) that never receives a gradient", (CLASSIFIER,)),
+    Point("model.attn_bias", True, BOTH, "depth.py get_model_config: config.attention_bias = True (so do the others)"),
+    Point("model.ffn_bias", True, BOTH, "depth.py get_model_config: config.mlp_bias = True (so do the others)"),
     Point("model.init_std", 0.02, BOTH, "depth.py get_model_config: initializer_range = 0.02"),
     Point("model.norm_eps", 1e-6, BOTH, "transformers LlamaConfig default rms_norm_eps = 1e-6"),
     Point("model.tie_embeddings", False, BOTH, "transformers LlamaConfig default tie_word_embeddings = False"),
-    Point("train.lr", 1e-2, BOTH, "depth.py ~49: learning_rate = 1e-2 if arch == 'transformer'"),
-    Point("train.weight_decay", 1e-3, BOTH, "depth.py ~48 and each task file: weight_decay = 0.001"),
+    Point("train.lr", 1e-2, BOTH, "depth.py ~49: learning_rate = 1e-2 if arch == 'transformer'", (DEPTH,)),
+    Point("train.lr", 5e-4, BOTH, "the reference README's trainer.py and trainer_classifier.py commands: "
+                                 "--learning_rate=5e-4", HF_TRAINERS),
+    Point("train.weight_decay", 1e-3, BOTH, "depth.py ~48 and each task file: weight_decay = 0.001", (DEPTH,)),
+    Point("train.weight_decay", 0.01, BOTH, "utils.py TrainingArguments ~21-23: weight_decay = 0.01", HF_TRAINERS),
+    Point("train.schedule", "cosine", BOTH, "depth.py: lr_scheduler_type = 'cosine'", (DEPTH,)),
+    Point("train.schedule", "linear", BOTH, "trainer.py and trainer_classifier.py: lr_scheduler_type = 'linear'",
+          HF_TRAINERS),
+    Point("train.warmup_steps", hf_warmup, BOTH,
+          "utils.py TrainingArguments.__post_init__: warmup_steps = max(int(0.04 * max_steps), 500)", HF_TRAINERS),
     Point("train.betas", (0.9, 0.999), BOTH, "transformers TrainingArguments defaults adam_beta1/2 (AdamW)"),
-    Point("train.min_lr_ratio", 0.0, BOTH, "depth.py: lr_scheduler_type = 'cosine' (transformers: to 0)"),
+    Point("train.min_lr_ratio", 0.0, BOTH, "transformers' cosine and linear schedules decay to 0"),
     Point("train.grad_clip", 1.0, BOTH, "transformers TrainingArguments default max_grad_norm = 1.0"),
 )
 
@@ -99,19 +166,27 @@ def _lookup(data: dict[str, Any], key: str) -> tuple[bool, Any]:
     return True, node
 
 
+def trainer_of(data: dict[str, Any]) -> str:
+    """The reference trainer that builds and trains a config's task: depth.py, trainer.py
+    (language modelling) or trainer_classifier.py (sentiment)."""
+    task = data.get("task") or {}
+    name = task.get("name") if isinstance(task, dict) else None
+    return TRAINER_OF_TASK.get(name, DEPTH) if isinstance(name, str) else DEPTH
+
+
 def apply_construction(data: dict[str, Any]) -> dict[str, Any]:
     """Fill the reference's values into raw config data (in place) for every key it does not
     set, when `model.construction` is `reference`; otherwise leave it as it is."""
     model = data.get("model") or {}
     if not isinstance(model, dict) or model.get("construction", "corrected") != "reference":
         return data
-    mode = mode_of(model)
+    mode, trainer = mode_of(model), trainer_of(data)
     name = model.get("variant", "standard")
     # A variant that builds its own feed-forward modules (knowledge) does not read model.ffn.
     unread = {"model.ffn"} if isinstance(name, str) and VARIANTS[name].own_ffn else set()
     for point in POINTS:
-        if point.applies(mode) and point.key not in unread and not _lookup(data, point.key)[0]:
-            _fill(data, point.key, point.plain)
+        if point.applies(mode, trainer) and point.key not in unread and not _lookup(data, point.key)[0]:
+            _fill(data, point.key, point.plain(data))
     return data
 
 
@@ -138,20 +213,27 @@ def _fill(data: dict[str, Any], key: str, value: Any) -> None:
 
 def construction_label(config: dict[str, Any]) -> str:
     """'corrected', 'reference', or 'reference except key=value, ...' for a resolved config
-    (plain data, as in config.yaml). `train.lr` is left out: it is a sweep's grid axis, and
+    (plain data, as in config.yaml); outside depth.py's tasks the reference trainer is named,
+    and for the classifier the transformers reading: 'reference (trainer_classifier.py,
+    transformers 4.50 reading)'. `train.lr` is left out: it is a sweep's grid axis, and
     reports name each run's learning rate on their own."""
     model = config.get("model") or {}
     if model.get("construction", "corrected") != "reference":
         return "corrected"
-    mode = mode_of(model)
+    mode, trainer = mode_of(model), trainer_of(config)
     changed = []
     for point in POINTS:
-        if not point.applies(mode) or point.key == "train.lr":
+        if not point.applies(mode, trainer) or point.key == "train.lr":
             continue
         found, value = _lookup(config, point.key)
-        if found and (list(value) if isinstance(value, tuple) else value) != point.plain:
+        if found and (list(value) if isinstance(value, tuple) else value) != point.plain(config):
             changed.append(f"{point.key}={value}")
-    return "reference" + (" except " + ", ".join(changed) if changed else "")
+    form = ""
+    if trainer == CLASSIFIER:
+        form = f" ({trainer}, transformers {model.get('reference_transformers', READINGS[0])} reading)"
+    elif trainer != DEPTH:
+        form = f" ({trainer})"
+    return "reference" + form + (" except " + ", ".join(changed) if changed else "")
 
 
 # The paper's budget, as DESIGN.md and README.md state it: about 10^5 steps of 128 sequences

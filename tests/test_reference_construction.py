@@ -24,10 +24,11 @@ from modformer.train.optim import build_optimizer, learning_rate
 D, D_FF = 64, 256
 
 
-def reference(variant="mixit", *overrides, **model):
+def reference(variant="mixit", *overrides, trainer="depth.py", **model):
+    """A config of `variant` in the reference construction, with `trainer`'s task (TASKS)."""
     data = {"model": {"construction": "reference", "variant": variant, "d_model": D, "n_layers": 2, "n_heads": 4,
-                      **model},
-            "task": {"name": "condattend", "n_pairs": 4}, "train": {"steps": 200, "warmup_steps": 10}}
+                      **model}, "task": dict(TASKS[trainer]),
+            "train": {"steps": 200, **({"warmup_steps": 10} if trainer == "depth.py" else {})}}
     for key, value in overrides:
         node = data
         *path, last = key.split(".")
@@ -37,34 +38,64 @@ def reference(variant="mixit", *overrides, **model):
     return config_from_dict(data)
 
 
-def test_the_reference_points_are_pinned():
-    """The table of points itself: a changed value or a dropped point fails here."""
-    both, mixing, vanilla = ("vanilla", "mixing"), ("mixing",), ("vanilla",)
-    assert sorted((p.key, p.modes, repr(p.value)) for p in POINTS) == sorted((key, modes, repr(value)) for key, value, modes in [
-        ("model.learned_positions", True, mixing),
-        ("model.mixing.sink_head", True, mixing),
-        ("model.skip_scale", math.sqrt(0.5), mixing),
-        ("model.residual_scale", math.sqrt(0.5), mixing),
-        ("model.ffn", "shaped_leaky_glu", mixing),
-        ("model.scaled_linear", (512.0, 1.0), mixing),
-        ("model.mixing.bidirectional_drift", "reference", mixing),
-        ("model.learned_positions", False, vanilla),
-        ("model.rope", True, vanilla),
-        ("model.skip_scale", 1.0, vanilla),
-        ("model.residual_scale", 1.0, vanilla),
-        ("model.ffn", "swiglu", vanilla),
-        ("model.scaled_linear", None, vanilla),
-        ("model.attn_bias", True, both),
-        ("model.ffn_bias", True, both),
-        ("model.init_std", 0.02, both),
-        ("model.norm_eps", 1e-6, both),
-        ("model.tie_embeddings", False, both),
-        ("train.lr", 1e-2, both),
-        ("train.weight_decay", 1e-3, both),
-        ("train.betas", (0.9, 0.999), both),
-        ("train.min_lr_ratio", 0.0, both),
-        ("train.grad_clip", 1.0, both),
-    ])
+TASKS = {"depth.py": {"name": "condattend", "n_pairs": 4},
+         "trainer.py": {"name": "lm", "source": "movie_reviews", "tokenizer_vocab": 512, "seq_len": 32},
+         "trainer_classifier.py": {"name": "sentiment", "source": "imdb", "tokenizer_vocab": 512, "seq_len": 32}}
+
+
+def filled(variant, trainer, **train):
+    """{key: value} the switch fills in for `variant` with `trainer`'s task."""
+    from modformer.construction import apply_construction
+    data = apply_construction({"model": {"construction": "reference", "variant": variant},
+                               "task": dict(TASKS[trainer]), "train": dict(train)})
+    flat = {}
+
+    def walk(node, prefix):
+        for key, value in node.items():
+            if isinstance(value, dict):
+                walk(value, f"{prefix}{key}.")
+            else:
+                flat[prefix + key] = value
+    walk({"model": data["model"], "train": data["train"]}, "")
+    return {k: v for k, v in flat.items() if k not in ("model.construction", "model.variant", "train.steps")}
+
+
+SHARED = {"model.attn_bias": True, "model.ffn_bias": True, "model.init_std": 0.02, "model.norm_eps": 1e-6,
+          "model.tie_embeddings": False, "train.betas": [0.9, 0.999], "train.min_lr_ratio": 0.0,
+          "train.grad_clip": 1.0}
+VANILLA = {"model.learned_positions": False, "model.rope": True, "model.skip_scale": 1.0,
+           "model.residual_scale": 1.0, "model.ffn": "swiglu", "model.scaled_linear": None}
+MIXING = {"model.learned_positions": True, "model.mixing.sink_head": True, "model.ffn": "shaped_leaky_glu",
+          "model.mixing.bidirectional_drift": "reference"}
+DEPTH_TRAIN = {"train.lr": 1e-2, "train.weight_decay": 1e-3, "train.schedule": "cosine"}
+HF_TRAIN = {"train.lr": 5e-4, "train.weight_decay": 0.01, "train.schedule": "linear"}
+H = math.sqrt(0.5)
+
+
+@pytest.mark.parametrize("variant, trainer, expected", [
+    ("standard", "depth.py", {**SHARED, **VANILLA, **DEPTH_TRAIN}),
+    ("mixit", "depth.py", {**SHARED, **MIXING, **DEPTH_TRAIN, "model.skip_scale": H, "model.residual_scale": H,
+                           "model.scaled_linear": [512.0, 1.0]}),
+    ("standard", "trainer.py", {**SHARED, **VANILLA, **HF_TRAIN, "train.warmup_steps": 800}),
+    ("mixit", "trainer.py", {**SHARED, **MIXING, **HF_TRAIN, "train.warmup_steps": 800, "model.skip_scale": 0.5,
+                             "model.residual_scale": math.sqrt(0.75), "model.scaled_linear": [512.0, 1.0]}),
+    ("standard", "trainer_classifier.py", {**SHARED, **VANILLA, **HF_TRAIN, "train.warmup_steps": 800,
+                                           "model.attention.causal": True, "model.pad_embedding_frozen": True}),
+    ("mixit", "trainer_classifier.py", {**SHARED, **MIXING, **HF_TRAIN, "train.warmup_steps": 800,
+                                        "model.skip_scale": H, "model.residual_scale": H,
+                                        "model.scaled_linear": [1.0, 1.0], "model.mixing.causal": False,
+                                        "model.pad_embedding_frozen": True}),
+])
+def test_the_reference_points_are_pinned(variant, trainer, expected):
+    """Every value each reference trainer's construction fills in, for both modes: a changed,
+    added or dropped point fails here. Warm-up: max(int(0.04 * 20000), 500) = 800."""
+    assert filled(variant, trainer, steps=20_000) == expected
+
+
+def test_the_hf_trainers_warm_up_for_at_least_500_steps():
+    from modformer.construction import hf_warmup
+    assert [hf_warmup({"train": {"steps": n}}) for n in (200, 12_500, 12_525, 40_000)] == [500, 500, 501, 1600]
+    assert "train.warmup_steps" not in filled("standard", "depth.py", steps=20_000)
 
 
 def test_the_readme_table_lists_every_point():
@@ -100,18 +131,20 @@ def test_sink_head_is_exactly_half_on_token_zero_and_half_on_itself():
         assert not torch.equal(block.mixer.mixing[1], sink)
 
 
-def test_skip_and_branch_are_both_scaled_by_sqrt_half():
-    model = build_model(reference().model, seed=0)
-    block = model.blocks[0]
-    seen = {}
+def assert_block_scales(model, skip, branch):
+    """Block 0 computes skip * x + branch * mixer(..), then the same with the FFN."""
+    block, seen = model.blocks[0], {}
     block.register_forward_pre_hook(lambda m, args: seen.__setitem__("x", args[0].detach()))
     block.mixer.register_forward_hook(lambda m, args, out: seen.__setitem__("mixed", out.detach()))
     block.ffn.register_forward_hook(lambda m, args, out: seen.__setitem__("ffn", out.detach()))
     with capture(model, "blocks.0.resid_*") as acts:
         model(torch.randint(0, 512, (3, model.max_seq_len)))
-    s = math.sqrt(0.5)
-    torch.testing.assert_close(acts["blocks.0.resid_mid"], s * seen["x"] + s * seen["mixed"])
-    torch.testing.assert_close(acts["blocks.0.resid_post"], s * acts["blocks.0.resid_mid"] + s * seen["ffn"])
+    torch.testing.assert_close(acts["blocks.0.resid_mid"], skip * seen["x"] + branch * seen["mixed"])
+    torch.testing.assert_close(acts["blocks.0.resid_post"], skip * acts["blocks.0.resid_mid"] + branch * seen["ffn"])
+
+
+def test_skip_and_branch_are_both_scaled_by_sqrt_half():
+    assert_block_scales(build_model(reference().model, seed=0), math.sqrt(0.5), math.sqrt(0.5))
 
 
 def test_mlp_is_gated_shaped_leaky_relu_with_its_gain():
@@ -291,3 +324,65 @@ def test_reports_read_construction_and_budget_from_older_runs_configs(tmp_path):
     assert _run_facts(tmp_path, old) == ("reference", "51,200 sequences (0.4% of the paper's ~1.28e+07), "
                                                       "width 64 (0.125x its 512)")
     assert _run_facts(tmp_path, {"run_id": "b", "run_dir": "runs/b", "summary": {}}) == ("not recorded",) * 2
+
+
+def test_language_modelling_mixit_has_skip_half_and_branch_sqrt_three_quarters():
+    """trainer.py passes skip_scaling 0.5: skip 0.5, branch sqrt(1 - 0.25) = 0.866."""
+    model = build_model(reference("mixit", trainer="trainer.py").model, seed=0)
+    assert_block_scales(model, 0.5, math.sqrt(0.75))
+    assert model.lm_head.output_scale == pytest.approx(math.sqrt(512 / D))
+
+
+@pytest.mark.parametrize("trainer", ["trainer.py", "trainer_classifier.py"])
+def test_the_hf_trainers_schedule_is_linear_warm_up_then_linear_decay_to_zero(trainer):
+    train = reference("standard", ("train.steps", 2000), trainer=trainer).train
+    assert (train.lr, train.weight_decay, train.warmup_steps, train.schedule) == (5e-4, 0.01, 500, "linear")
+    lrs = [learning_rate(s, train) for s in (0, 499, 500, 1250, 2000)]
+    assert lrs == pytest.approx([5e-4 / 500, 5e-4, 5e-4, 2.5e-4, 0.0])
+
+
+def test_the_classifier_scales_projections_by_base_one():
+    """trainer_classifier.py passes no base_hidden_size: base 1, so V, O, gate, up and the
+    score head are scaled by sqrt(1/d), down by sqrt(1/d_ff)."""
+    model = build_model(reference("mixit", trainer="trainer_classifier.py").model, seed=0)
+    for name in ("mixer.v_proj", "mixer.o_proj", "ffn.gate_proj", "ffn.up_proj"):
+        assert model.blocks[1].get_submodule(name).output_scale == pytest.approx(math.sqrt(1 / D)), name
+    assert model.blocks[1].ffn.down_proj.output_scale == pytest.approx(math.sqrt(1 / D_FF))
+    assert model.lm_head.output_scale == pytest.approx(math.sqrt(1 / D))
+    assert not model.blocks[0].mixer.cfg.causal and (model.blocks[0].mixer.mixing.triu(1) != 0).any()
+
+
+@pytest.mark.parametrize("variant", ["standard", "frozen_qk", "mixit"])
+def test_the_classifier_pad_row_is_zero_and_never_trained(variant):
+    cfg = reference(variant, trainer="trainer_classifier.py")
+    pad = cfg.model.pad_id
+    assert pad == 1  # the trained BPE's pad token
+    model = build_model(cfg.model, seed=0)
+    assert torch.all(model.embed.weight[pad] == 0) and model.embed.weight[0].abs().sum() > 0
+    opt = build_optimizer(model, cfg.train)
+    tokens = torch.randint(0, 512, (4, model.max_seq_len))
+    tokens[:, -5:] = pad
+    for group in opt.param_groups:
+        group["lr"] = 1e-2
+    before = model.embed.weight.detach().clone()
+    model(tokens).square().mean().backward()
+    assert torch.all(model.embed.weight.grad[pad] == 0)
+    opt.step()
+    assert torch.all(model.embed.weight[pad] == 0) and not torch.equal(model.embed.weight[0], before[0])
+    # Not in the corrected construction, nor for the algorithmic tasks.
+    assert build_model(reference(variant).model, seed=0).embed.padding_idx is None
+
+
+def test_the_classifier_attention_reading_is_named_and_chosen():
+    causal = reference("standard", trainer="trainer_classifier.py")
+    assert causal.model.attention.causal is True
+    assert construction_label(causal.to_dict()) == "reference (trainer_classifier.py, transformers v4.50 reading)"
+    bidirectional = reference("standard", trainer="trainer_classifier.py", reference_transformers="v4.53")
+    assert bidirectional.model.attention.causal is False
+    assert construction_label(bidirectional.to_dict()) == (
+        "reference (trainer_classifier.py, transformers v4.53 reading)")
+    # The mixing attention reads is_causal=False itself: bidirectional in both readings.
+    assert reference("mixit", trainer="trainer_classifier.py").model.mixing.causal is False
+    assert construction_label(reference("mixit", trainer="trainer.py").to_dict()) == "reference (trainer.py)"
+    with pytest.raises(ConfigError, match="reference_transformers"):
+        reference("standard", trainer="trainer_classifier.py", reference_transformers="4.53")

@@ -134,3 +134,24 @@ def test_mixit_mixes_values_without_a_per_sequence_copy_of_its_matrix():
     assert max(saved) < 8 * 4 * 64 * 64  # the largest is the logits', B x T x vocab; none is B x H x T x T
     with capture(model, "blocks.*.mixer.pattern"):
         assert torch.allclose(model(tokens), logits, atol=1e-5)
+
+
+def test_qk_init_scale_widens_the_frozen_scores_and_nothing_else():
+    """model.attention.qk_init_scale multiplies the init std of Q and K only; at 1 the draws are
+    the default initialisation's, so every earlier run's model is unchanged."""
+    from modformer.model.config import AttentionConfig
+    from modformer.errors import ConfigError
+
+    cfg = small(variant="frozen_qk", d_model=256, init_std=0.02)
+    base = build_model(cfg, seed=0)
+    wide = build_model(small(variant="frozen_qk", d_model=256, init_std=0.02,
+                             attention=AttentionConfig(qk_init_scale=4.0)), seed=0)
+    for name, p in base.named_parameters():
+        q = dict(wide.named_parameters())[name]
+        if ".q_proj.weight" in name or ".k_proj.weight" in name:
+            torch.testing.assert_close(q, 4.0 * p)  # the same draws, scaled
+            assert not q.requires_grad
+        else:
+            assert torch.equal(q, p), name
+    with pytest.raises(ConfigError, match="qk_init_scale"):
+        AttentionConfig(qk_init_scale=0.0)

@@ -21,6 +21,7 @@ from typing import Iterable
 from ..errors import ModformerError
 
 EOS, PAD = "<|endoftext|>", "<|pad|>"
+BPE_PAD_ID = 1  # a trained BPE's ids: its special tokens first, EOS then PAD
 EOS_NAMES = (EOS, "</s>", "<eos>", "<|end_of_text|>", "<|im_end|>", "[SEP]")
 PAD_NAMES = (PAD, "<pad>", "[PAD]", "<|padding|>")
 
@@ -83,6 +84,7 @@ def train_bpe(texts: Iterable[str], vocab_size: int) -> TextTokenizer:
     trainer = t.trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOS, PAD], show_progress=False,
                                     initial_alphabet=t.pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(texts, trainer)
+    assert tok.token_to_id(PAD) == BPE_PAD_ID
     return TextTokenizer(tok, tok.token_to_id(EOS), tok.token_to_id(PAD))
 
 

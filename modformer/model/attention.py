@@ -27,8 +27,10 @@ class SelfAttention(nn.Module):
     """
 
     def __init__(self, d_model: int, n_heads: int, n_kv_heads: int | None = None, *, bias: bool = False,
-                 rope: RotaryEmbedding | None = None, causal: bool = True, linear: Projection = plain_linear):
+                 rope: RotaryEmbedding | None = None, causal: bool = True, linear: Projection = plain_linear,
+                 qk_init_scale: float = 1.0):
         super().__init__()
+        self.qk_init_scale = qk_init_scale
         self.n_heads = n_heads
         self.n_kv_heads = n_kv_heads or n_heads
         self.head_dim = d_model // n_heads
@@ -40,6 +42,16 @@ class SelfAttention(nn.Module):
         self.o_proj = linear(n_heads * self.head_dim, d_model, bias)
         self.rope = rope
         self.pattern = HookPoint()
+
+    def init_parameters(self, std: float, generator: torch.Generator) -> None:
+        """Weights Normal(0, std), Q and K at std * qk_init_scale; biases zero. The same draws,
+        in the same order, as the default initialisation when the scale is 1."""
+        with torch.no_grad():
+            for proj in (self.q_proj, self.k_proj, self.v_proj, self.o_proj):
+                scale = self.qk_init_scale if proj is self.q_proj or proj is self.k_proj else 1.0
+                proj.weight.normal_(0.0, std * scale, generator=generator)
+                if proj.bias is not None:
+                    proj.bias.zero_()
 
     def forward(self, x: torch.Tensor, cache: LayerCache | None = None) -> torch.Tensor:
         """x: (B, T, d_model) -> (B, T, d_model). With `cache`, x holds the tokens after the
@@ -85,4 +97,5 @@ class SelfAttention(nn.Module):
 def build_attention(cfg: ModelConfig) -> SelfAttention:
     rope = RotaryEmbedding(cfg.head_dim, cfg.max_seq_len, cfg.rope_theta) if cfg.rope else None
     return SelfAttention(cfg.d_model, cfg.n_heads, cfg.n_kv_heads, bias=cfg.attn_bias, rope=rope,
-                         causal=cfg.attention.causal, linear=projection(cfg))
+                         causal=cfg.attention.causal, linear=projection(cfg),
+                         qk_init_scale=cfg.attention.qk_init_scale)

@@ -40,6 +40,13 @@ class AttentionConfig:
 
     causal: bool = option(True, "causal mask (a decoder); false: every position attends to every other, as the "
                                 "random-attention paper's bidirectional classifier does (no key-value cache then)")
+    qk_init_scale: float = option(
+        1.0, "factor on the init std of the query and key projections: the spread of the initial scores "
+             "q.k/sqrt(d_h) grows with width, and Frozen-QK keeps them, so this gives a narrow model a wide one's")
+
+    def __post_init__(self) -> None:
+        if self.qk_init_scale <= 0:
+            raise ConfigError(f"model.attention.qk_init_scale must be positive, got {self.qk_init_scale}")
 
 
 @dataclass
@@ -48,6 +55,11 @@ class ModelConfig:
         "corrected", "corrected: our defaults, every option as written here; reference: the random-attention "
                      "reference code's construction (princeton-pli/MixiT) for the chosen variant and its optimizer "
                      "settings, filled in for every key not set explicitly (README, 'The reference construction')")
+    reference_transformers: str = option(
+        "v4.50", "the reading of the reference where its behaviour depends on the transformers version it runs "
+                "under: its sentiment classifier's attention is causal under 4.50-4.52 (v4.50, the default: the "
+                "paper's runs predate 4.53, released 2025-06-26, after the paper) and bidirectional from 4.53 on "
+                "(v4.53); read by model.construction: reference")
     variant: str = option("standard", "registered variant: a builder plus a freeze specification (`modformer list`)")
     mixer: str = option("attention", "sequence mixer of every block: a registered name, an import path "
                                      "package.module:Class, or an entry point (`modformer list`)")
@@ -81,6 +93,11 @@ class ModelConfig:
               "attention logits) and the hidden base for the feed-forward down projection (the MixiT reference: "
               "[512, 1]); null: plain linear layers")
     tie_embeddings: bool = option(False, "share the token embedding with the output head")
+    pad_embedding_frozen: bool = option(
+        False, "the pad token's embedding row is zero at init and never trained (nn.Embedding's padding_idx, as the "
+               "reference classifier has it)")
+    pad_id: int | None = option(None, "the pad token, whose row model.pad_embedding_frozen fixes at zero; null: the "
+                                      "task's")
     init_std: float = option(0.02, "std of the normal init of linear and embedding weights")
     attention: AttentionConfig = option(default_factory=AttentionConfig, help="options of the attention mixer")
     mixing: MixingConfig = option(default_factory=MixingConfig, help="options of the mixing (MixiT) mixer")
@@ -110,6 +127,10 @@ class ModelConfig:
             raise ConfigError(f"model.rope needs an even head width, got d_model/n_heads={self.head_dim}")
         if self.n_heads % self.kv_heads:
             raise ConfigError(f"model.n_kv_heads={self.n_kv_heads} does not divide model.n_heads={self.n_heads}")
+        if self.reference_transformers not in ("v4.50", "v4.53"):
+            raise ConfigError(f"model.reference_transformers must be v4.50 or v4.53, got '{self.reference_transformers}'")
+        if self.pad_id is not None and not 0 <= self.pad_id < (self.vocab_size or self.pad_id + 1):
+            raise ConfigError(f"model.pad_id={self.pad_id} is not a token of the vocabulary ({self.vocab_size})")
         if self.construction not in ("corrected", "reference"):
             raise ConfigError(f"model.construction must be corrected or reference, got '{self.construction}'")
         if self.scaled_linear is not None and min(self.scaled_linear) <= 0:

@@ -9,7 +9,8 @@ from torch import nn
 def init_weights(model: nn.Module, std: float, generator: torch.Generator) -> None:
     """Set every parameter of `model` from `generator`, in module order:
 
-    - linear and embedding weights Normal(0, std), their biases zero, RMSNorm gains one;
+    - linear and embedding weights Normal(0, std), their biases zero, an embedding's
+      `padding_idx` row zero (it never receives a gradient either), RMSNorm gains one;
     - a module with its own scheme defines `init_parameters(std, generator)`, and its
       children are left to it;
     - any other module's own parameters (a convolution, a gate, a part from outside this
@@ -32,6 +33,8 @@ def init_weights(model: nn.Module, std: float, generator: torch.Generator) -> No
                 module.weight.normal_(0.0, std, generator=generator)
                 if getattr(module, "bias", None) is not None:
                     module.bias.zero_()
+                if getattr(module, "padding_idx", None) is not None:  # nn.Embedding's own rule
+                    module.weight[module.padding_idx].zero_()
             elif isinstance(module, nn.RMSNorm):
                 if module.weight is not None:
                     module.weight.fill_(1.0)

@@ -45,11 +45,12 @@ class Transformer(nn.Module):
 
     def __init__(self, vocab_size: int, d_model: int, blocks: list[Block], *, norm_eps: float = 1e-5,
                  tie_embeddings: bool = False, max_positions: int | None = None, max_seq_len: int | None = None,
-                 linear: Callable[..., nn.Linear] = nn.Linear):
+                 linear: Callable[..., nn.Linear] = nn.Linear, padding_idx: int | None = None):
         super().__init__()
         self.max_seq_len = max_seq_len  # the longest input its parts were built for (None: no limit)
         self.activation_checkpointing = False
-        self.embed = nn.Embedding(vocab_size, d_model)
+        # padding_idx: a row that is zero and never receives a gradient (the reference classifier's pad).
+        self.embed = nn.Embedding(vocab_size, d_model, padding_idx=padding_idx)
         self.positions = nn.Embedding(max_positions, d_model) if max_positions else None
         self.embed_out = HookPoint()
         self.blocks = nn.ModuleList(blocks)

@@ -25,7 +25,7 @@ from ..data.corpus import Corpus, CorpusSpec
 from ..data.hub import HUB
 from ..data.sources import PACKAGED, TEXT_SPLITS, Columns
 from ..data.store import TokenSplit
-from ..data.tokenizer import TextTokenizer, load_tokenizer
+from ..data.tokenizer import BPE_PAD_ID, TextTokenizer, load_tokenizer
 from ..errors import ConfigError
 from ..files import atomic_write_folder
 from .base import Batch, Task, TaskConfig
@@ -88,7 +88,11 @@ class TextTask(Task):
         super().__init__(cfg)
         self.seq_len = cfg.seq_len
         # Known without the corpus: a trained BPE never has more ids than asked for.
-        self.text_vocab = cfg.tokenizer_vocab if cfg.tokenizer == "bpe" else load_tokenizer(cfg.tokenizer).vocab_size
+        if cfg.tokenizer == "bpe":
+            self.text_vocab, self.pad_id = cfg.tokenizer_vocab, BPE_PAD_ID
+        else:
+            loaded = load_tokenizer(cfg.tokenizer)
+            self.text_vocab, self.pad_id = loaded.vocab_size, loaded.pad_id
         self.vocab_size = self.text_vocab
         self._corpus: Corpus | None = None
         self._orders: dict[tuple[int, int, int], np.ndarray] = {}

@@ -1,4 +1,5 @@
-"""AdamW over trainable parameters only, and the warmup + cosine learning-rate schedule."""
+"""AdamW over trainable parameters only, and the learning-rate schedule: linear warm-up,
+then a cosine or linear decay."""
 
 from __future__ import annotations
 
@@ -38,17 +39,19 @@ def build_optimizer(model: nn.Module, cfg: LoopConfig, lr_scale: Callable[[str],
 
 
 def learning_rate(step: int, cfg: LoopConfig, peak: float | None = None) -> float:
-    """Learning rate for optimizer step `step` (0-based): linear warmup, then cosine decay
-    from the peak (`peak`, default `cfg.lr`) to peak * min_lr_ratio at the last step."""
+    """Learning rate for optimizer step `step` (0-based): linear warmup, then a cosine or
+    (`cfg.schedule: linear`) linear decay from the peak (`peak`, default `cfg.lr`) to
+    peak * min_lr_ratio at the last step."""
     peak = cfg.lr if peak is None else peak
     if step < cfg.warmup_steps:
         return peak * (step + 1) / cfg.warmup_steps
     span = max(cfg.steps - cfg.warmup_steps, 1)
     progress = min((step - cfg.warmup_steps) / span, 1.0)
     floor = peak * cfg.min_lr_ratio
-    return floor + (peak - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+    left = 1.0 - progress if cfg.schedule == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
+    return floor + (peak - floor) * left
 
 
 def schedule_description(cfg: TrainConfig) -> dict:
-    return {"kind": "linear warmup + cosine", "peak_lr": cfg.lr, "warmup_steps": cfg.warmup_steps,
+    return {"kind": f"linear warmup + {cfg.schedule}", "peak_lr": cfg.lr, "warmup_steps": cfg.warmup_steps,
             "total_steps": cfg.steps, "min_lr_ratio": cfg.min_lr_ratio}
