@@ -21,7 +21,7 @@ modformer importable (e.g. PYTHONPATH=. from this repository):
     git clone https://github.com/princeton-pli/MixiT /tmp/MixiT
     python -m venv /tmp/ref && /tmp/ref/bin/pip install torch==2.13.0 transformers==4.50.3 pyyaml numpy
     PYTHONPATH=. /tmp/ref/bin/python scripts/reference_parity.py --reference /tmp/MixiT \\
-        --out results/random_attention/reference_parity_4.50.md
+        --out results/random_attention/reference_parity/transformers_4.50.md
 
 Nothing of the reference is copied here: it is imported from the checkout and measured.
 """
@@ -113,15 +113,19 @@ def copy_into(ref, net, trainer: str, first_class: int | None) -> None:
             linear_of(ref.lm_head).weight.copy_(net.lm_head.weight)
 
 
-def logits_diff(ref, net, trainer: str, first_class: int | None, tokens: torch.Tensor) -> float:
+def logits_diff(ref, net, trainer: str, first_class: int | None, tokens: torch.Tensor,
+                mask: torch.Tensor | None = None) -> float:
+    """Max |logit diff| over the positions `mask` keeps (all without one), the reference given
+    `mask` as its attention mask."""
     with torch.no_grad():
         mine = net(tokens)
         if trainer == "trainer_classifier.py":  # the class logits at every position, not only the pooled one
-            hidden = ref.model(tokens).last_hidden_state
+            hidden = ref.model(tokens, attention_mask=mask).last_hidden_state
             theirs, mine = ref.score(hidden), mine[..., first_class:first_class + 2]
         else:
-            theirs = ref(tokens).logits
-    return (mine - theirs).abs().max().item()
+            theirs = ref(tokens, attention_mask=mask).logits
+    keep = torch.ones(tokens.shape, dtype=torch.bool) if mask is None else mask.bool()
+    return (mine - theirs)[keep].abs().max().item()
 
 
 def reference_frozen(ref, variant: str) -> set[str]:
@@ -219,8 +223,9 @@ def main() -> None:
              f"modformer {code_version()}, {machine()}; float32, width {D}, {LAYERS} layers, {HEADS} heads, "
              f"sequences of {T}, every parameter random. Command: `python scripts/reference_parity.py "
              f"--reference MIXIT_CHECKOUT --out FILE` (its docstring says how to install).", "",
-             "| trainer | variant | reading | max abs logit diff | sink head 0 | trainable sets | decayed parameters "
-             "| lr schedule: max diff in warm-up / after |", "|---|---|---|---|---|---|---|---|"]
+             "| trainer | variant | reading | max abs logit diff | padded batch, its attention mask: at the tokens "
+             "| sink head 0 | trainable sets | decayed parameters | lr schedule: max diff in warm-up / after |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for trainer in TASKS:
         readings = ("v4.50", "v4.53") if trainer == "trainer_classifier.py" else ("-",)
         for variant in VARIANTS:
@@ -235,6 +240,11 @@ def main() -> None:
                 first_class = VOCAB - 2 if trainer == "trainer_classifier.py" else None
                 copy_into(ref, net, trainer, first_class)
                 diff = logits_diff(ref, net, trainer, first_class, tokens)
+                padded = "-"
+                if trainer == "trainer_classifier.py":  # right padding, as the classifier's batches have it
+                    pad_tokens = tokens.clone()
+                    pad_tokens[:, -4:] = cfg.model.pad_id
+                    padded = f"{logits_diff(ref, net, trainer, first_class, pad_tokens, pad_tokens != cfg.model.pad_id):.3g}"
                 sink = "-"
                 if variant == "mixit":
                     sink = "equal" if all(torch.equal(layer.self_attn.attn_weights[0], block.mixer.mixing[0])
@@ -244,7 +254,7 @@ def main() -> None:
                 trainable = "equal" if frozen == reference_frozen(ref, variant) else \
                     f"differ: {sorted(frozen ^ reference_frozen(ref, variant))}"
                 warm, after = schedule_diff(trainer, cfg)
-                lines.append(f"| {trainer} | {variant} | {reading} | {diff:.3g} | {sink} | {trainable} | "
+                lines.append(f"| {trainer} | {variant} | {reading} | {diff:.3g} | {padded} | {sink} | {trainable} | "
                              f"{decay_diff(ref, net, names)} | {warm:.3g} / {after:.3g} |")
                 print(lines[-1], flush=True)
     if args.out:
