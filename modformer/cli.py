@@ -208,7 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
     rp.set_defaults(func=cmd_report)
 
     cv = sub.add_parser("curve", help="one budget or width curve from the runs of several sweeps",
-                        description="Plot test accuracy (or --metric) against sequences trained on (or width), one "
+                        description="Plot test accuracy (or --metric) against what the runs trained on (sequences, or "
+                                    "tokens for language modelling) or against width, one "
                                     "line per variant, from every finished run of the given sweep folders that matches "
                                     "--where; write the figure and, beside it, a Markdown table of its points "
                                     "with the folder each came from.")
@@ -216,7 +217,8 @@ def build_parser() -> argparse.ArgumentParser:
     cv.add_argument("--out", required=True, help="the figure (.png); the table is written beside it as .md")
     cv.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
                     help="only runs whose config has this value (repeatable), e.g. train.lr=0.003")
-    cv.add_argument("--x", choices=["sequences", "width"], default="sequences", help="the x axis")
+    cv.add_argument("--x", choices=["sequences", "width"], default="sequences",
+                    help="the x axis: sequences (the budget, in tokens for language modelling) or width")
     cv.add_argument("--metric", default="accuracy",
                     help="the test metric on the y axis, as the runs' summaries name it (e.g. loss)")
     cv.set_defaults(func=cmd_curve)

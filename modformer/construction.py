@@ -236,22 +236,44 @@ def construction_label(config: dict[str, Any]) -> str:
     return "reference" + form + (" except " + ", ".join(changed) if changed else "")
 
 
-# The paper's budget, as DESIGN.md and README.md state it: about 10^5 steps of 128 sequences
-# at width 512 (depth.py trains max_steps * train_size / batch steps; scripts/depth_array.sh).
-REFERENCE_SEQUENCES = 100_000 * 128
+@dataclass(frozen=True)
+class PaperBudget:
+    """What the paper trained one model of a reference trainer's tasks on, in that trainer's unit."""
+
+    amount: float
+    unit: str  # "sequences", or "tokens" for language modelling
+    source: str
+
+
+# Each trainer's budget as the reference states it: sequences for the algorithmic tasks and
+# sentiment, tokens for language modelling (a block of 128 tokens is not one of its sequences).
+PAPER_BUDGETS = {
+    DEPTH: PaperBudget(100_000 * 128, "sequences",
+                       "about 10^5 steps of 128 sequences (scripts/depth_array.sh: per_device_train_batch_size 128)"),
+    LM_TRAINER: PaperBudget(40_000 * 512 * 256, "tokens",
+                            "the reference README's trainer.py command: 40,000 steps of 512 sequences of 256 tokens"),
+    CLASSIFIER: PaperBudget(3_000 * 32, "sequences",
+                            "the reference README's trainer_classifier.py command: 3,000 steps of the default 32"),
+}
 REFERENCE_WIDTH = 512
 
 
-def budget(config: dict[str, Any]) -> dict[str, float]:
-    """Sequences a run trains on and its width, also as fractions of the paper's."""
-    train, model = config.get("train") or {}, config.get("model") or {}
+def budget(config: dict[str, Any]) -> dict[str, Any]:
+    """What a run trains on in its reference trainer's unit (sequences, or tokens for language
+    modelling), the paper's amount and the fraction of it, and its width and fraction of the
+    paper's: {"sequences", "amount", "unit", "paper", "fraction", "width", "width_fraction"}."""
+    train, model, task = (config.get(k) or {} for k in ("train", "model", "task"))
     sequences = int(train.get("steps", 0)) * int(train.get("batch_size", 0))
+    paper = PAPER_BUDGETS[trainer_of(config)]
+    amount = sequences * int(task.get("seq_len", 0)) if paper.unit == "tokens" else sequences
     width = int(model.get("d_model", 0))
-    return {"sequences": sequences, "fraction": sequences / REFERENCE_SEQUENCES,
-            "width": width, "width_fraction": width / REFERENCE_WIDTH}
+    return {"sequences": sequences, "amount": amount, "unit": paper.unit, "paper": paper.amount,
+            "fraction": amount / paper.amount, "width": width, "width_fraction": width / REFERENCE_WIDTH}
 
 
-def budget_text(b: dict[str, float]) -> str:
-    """'256,000 sequences (2.0% of the paper's ~1.28e7), width 64 (1/8 of its 512)'."""
-    return (f"{b['sequences']:,} sequences ({100 * b['fraction']:.3g}% of the paper's ~{REFERENCE_SEQUENCES:.3g}), "
+def budget_text(b: dict[str, Any]) -> str:
+    """'51,200 sequences (0.4% of the paper's ~1.28e+07), width 64 (0.125x its 512)'; a budget
+    recorded before units were (a summary of an older run) counts sequences."""
+    amount, unit, paper = b.get("amount", b["sequences"]), b.get("unit", "sequences"), b.get("paper", 12_800_000)
+    return (f"{amount:,} {unit} ({100 * amount / paper:.3g}% of the paper's ~{paper:.3g}), "
             f"width {b['width']} ({b['width_fraction']:.3g}x its {REFERENCE_WIDTH})")

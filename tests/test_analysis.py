@@ -199,6 +199,9 @@ def test_signal_command_prints_the_table(tmp_path, capsys):
     assert "| mixit |" in out and "depth 2" in out
     settings = json.loads((tmp_path / "signal.json").read_text())["settings"]
     assert settings["model_options"] == {"residual_scale": 0.7071, "mixing": {"sink_head": True}}
+    from modformer.version import code_version, machine
+    assert (settings["code_version"], settings["machine"]) == (code_version(), machine())  # what made the figures
+    assert f"modformer {code_version()} on {machine()}" in (tmp_path / "signal.md").read_text()
     bad = _parser().parse_args(["signal", "--out", str(tmp_path), "--variants", "nope"])
     with pytest.raises(ModformerError, match="unknown variant"):
         bad.func(bad)

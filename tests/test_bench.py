@@ -67,7 +67,11 @@ def test_knowledge_cost_command(tmp_path):
     result = modformer("bench", "knowledge", "--width", "16", "--layers", "1", "--tokens", "2x8", "4x8",
                        "--repeats", "1", "--threads", "1", "--out", tmp_path)
     assert result.returncode == 0, result.stderr
-    rows = json.loads((tmp_path / "knowledge_cost.json").read_text())
+    data = json.loads((tmp_path / "knowledge_cost.json").read_text())
+    from modformer.version import code_version, machine
+    assert (data["code_version"], data["machine"]) == (code_version(), machine())  # what made the figures
+    assert f"Made by modformer {code_version()} on {machine()}" in (tmp_path / "knowledge_cost.md").read_text()
+    rows = data["rows"]
     assert [(r["what"], r["mode"]) for r in rows[:4]] == [
         ("layer", "train"), ("layer", "inference"), ("1-layer model", "train"), ("1-layer model", "inference")]
     assert len(rows) == 8 and all(r["knowledge_ms"] > 0 and r["ffn_ms"] > 0 for r in rows)
@@ -83,7 +87,7 @@ def test_llama_throughput_command(tmp_path):
                        "--repeats", "1", "--threads", "1", "--precision", "fp32", "--checkpointing", "--reference",
                        "--out", tmp_path)
     assert result.returncode == 0, result.stderr
-    rows = json.loads((tmp_path / "llama_throughput.json").read_text())
+    rows = json.loads((tmp_path / "llama_throughput.json").read_text())["rows"]
     names = [r["contender"] for r in rows]
     assert names == ["modformer standard", "transformers LlamaForCausalLM", "modformer standard, checkpointed",
                      "modformer frozen_qk", "modformer mixit", "modformer standard, reference",
@@ -101,7 +105,7 @@ def test_scaling_command(tmp_path):
                        "--layers", "1", "--heads", "2", "--batch", "2", "--seq", "16", "--repeats", "1", "--threads",
                        "1", "--out", tmp_path)
     assert result.returncode == 0, result.stderr
-    rows = json.loads((tmp_path / "scaling.json").read_text())
+    rows = json.loads((tmp_path / "scaling.json").read_text())["rows"]
     assert len(rows) == 3 * 4  # 3 points (2 widths, 1 length) x 4 contenders
     assert all(r["peak_mib"] > 0 for r in rows)
     assert rows[4]["peak_mib"] > rows[0]["peak_mib"]  # width 32 holds more than width 16 (standard model)
@@ -123,7 +127,7 @@ def test_teacher_cache_command(tmp_path):
                        "--seq", "8", "--batch", "4", "--epochs", "2", "--dtype", "bf16", "--threads", "1",
                        "--out", tmp_path)
     assert result.returncode == 0, result.stderr
-    rows = json.loads((tmp_path / "teacher_cache.json").read_text())
+    rows = json.loads((tmp_path / "teacher_cache.json").read_text())["rows"]
     assert [(r["epoch"], r["no_cache_calls"], r["cache_calls"]) for r in rows] == [(1, 2, 2), (2, 2, 0)]
     assert all(r["ratio"] > 0 for r in rows) and "| 2 | 2 |" in result.stdout
     assert "tokens/s in float32" in result.stdout and "`precision: auto` runs" in result.stdout

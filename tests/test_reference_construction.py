@@ -256,15 +256,26 @@ def test_an_unknown_construction_is_refused():
 def test_budget_is_stated_as_a_fraction_of_the_papers():
     from modformer.construction import budget, budget_text
     b = budget(reference("mixit", ("train.batch_size", 256)).to_dict())
-    assert b == {"sequences": 200 * 256, "fraction": 51_200 / 12_800_000, "width": D, "width_fraction": D / 512}
+    assert b == {"sequences": 200 * 256, "amount": 200 * 256, "unit": "sequences", "paper": 12_800_000,
+                 "fraction": 51_200 / 12_800_000, "width": D, "width_fraction": D / 512}
     assert budget_text(b) == "51,200 sequences (0.4% of the paper's ~1.28e+07), width 64 (0.125x its 512)"
+    # Language modelling counts tokens against the reference README's 40,000 x 512 x 256;
+    # sentiment reviews against its classifier command's 3,000 x 32.
+    lm = budget(reference("mixit", ("train.batch_size", 32), trainer="trainer.py").to_dict())
+    assert (lm["amount"], lm["unit"], lm["paper"]) == (200 * 32 * 32, "tokens", 40_000 * 512 * 256)
+    assert budget_text(lm).startswith("204,800 tokens (0.00391% of the paper's ~5.24e+09)")
+    reviews = budget(reference("mixit", ("train.batch_size", 32), trainer="trainer_classifier.py").to_dict())
+    assert (reviews["amount"], reviews["unit"], reviews["fraction"]) == (6_400, "sequences", 6_400 / 96_000)
+    # A summary written before budgets had units still reads as sequences.
+    assert budget_text({"sequences": 51_200, "fraction": 0.004, "width": 64, "width_fraction": 0.125}) == (
+        "51,200 sequences (0.4% of the paper's ~1.28e+07), width 64 (0.125x its 512)")
 
 
 def test_budget_plot_draws_every_grid_point_and_only_for_budget_or_width_grids(tmp_path):
     from modformer.sweep.budget_plot import plot_budget
 
     def run(steps, seed, accuracy):
-        return {"point": {"train.steps": steps}, "run_dir": f"runs/{steps}-{seed}",
+        return {"point": {"train.steps": steps}, "run_id": f"{steps}-{seed}", "run_dir": f"runs/{steps}-{seed}",
                 "summary": {"budget": {"sequences": steps * 256, "fraction": 0.0, "width": 64, "width_fraction": 0.1},
                             "test": {"accuracy": accuracy}}}
 

@@ -187,5 +187,5 @@ def test_bench_data_reports_the_loader_and_training_side_by_side(text, tmp_path,
     assert main(["bench", "data", str(config), "--repeats", "1", "--out", str(tmp_path / "out")]) == 0
     out = capsys.readouterr().out
     assert "loader (lm" in out and "training (standard" in out and "tokens per second" in out
-    rows = json.loads((tmp_path / "out" / "data_throughput.json").read_text())
+    rows = json.loads((tmp_path / "out" / "data_throughput.json").read_text())["rows"]
     assert len(rows) == 2 and all(r["tokens_per_s"] > 0 for r in rows)

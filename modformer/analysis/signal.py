@@ -39,6 +39,7 @@ from ..model.config import ModelConfig
 from ..model.hooks import capture
 from ..registry import VARIANTS
 from ..variants import build_model
+from ..version import code_version, machine
 from .common import by_layer, evaluating, plt, random_tokens, save_figure
 
 DEFAULT_VARIANTS = ("standard", "mixit", "random_transformer")
@@ -198,7 +199,8 @@ def write_reports(results: list[dict[str, Any]], out: str | Path, settings: dict
     out = output_folder(out)
     paths = {"json": out / "signal.json", "markdown": out / "signal.md", "plot": out / "signal.png"}
     atomic_write_text(paths["json"], json.dumps({"settings": settings, "results": results}, indent=2) + "\n")
-    atomic_write_text(paths["markdown"], "# Signal propagation at initialisation\n\n" + markdown_tables(results))
+    made = f"Made by modformer {settings.get('code_version', 'unknown')} on {settings.get('machine', 'unknown')}.\n\n"
+    atomic_write_text(paths["markdown"], "# Signal propagation at initialisation\n\n" + made + markdown_tables(results))
     plot_signal(results, paths["plot"])
     return paths
 
@@ -215,7 +217,8 @@ def _run_command(args: argparse.Namespace) -> int:
         apply_override(options, assignment)
     settings = {"variants": args.variants, "depths": args.depths, "width": args.width, "heads": args.heads,
                 "vocab_size": args.vocab, "seq_len": args.seq_len, "batch": args.batch, "seeds": args.seeds,
-                "all_layers": args.all_layers, "model_options": options, "threads": torch.get_num_threads()}
+                "all_layers": args.all_layers, "model_options": options, "threads": torch.get_num_threads(),
+                "code_version": code_version(), "machine": machine()}
     start = time.perf_counter()
     results = signal_propagation(args.variants, args.depths, width=args.width, heads=args.heads,
                                  vocab_size=args.vocab, seq_len=args.seq_len, batch=args.batch,

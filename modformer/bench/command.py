@@ -11,6 +11,7 @@ import torch
 
 from ..errors import ModformerError
 from ..files import atomic_write_text, output_folder
+from ..version import code_version, machine
 from .data import data_throughput, load_bench_config
 from .data import markdown as data_markdown
 from .knowledge import knowledge_cost, markdown
@@ -39,10 +40,13 @@ def _write(out_dir: str | None, name: str, title: str, text: str, rows: list) ->
     if not out_dir:
         return
     out = output_folder(out_dir)
-    atomic_write_text(out / f"{name}.md", f"# {title}\n\n" + text)
+    # What made the figures: times differ up to 2x between machines of one kind.
+    made = {"code_version": code_version(), "machine": machine()}
+    atomic_write_text(out / f"{name}.md", f"# {title}\n\nMade by modformer {made['code_version']} on "
+                                          f"{made['machine']}.\n\n" + text)
     # The ratio is a property of the knowledge rows; written out so the JSON stands alone.
     data = [{**asdict(r), **({"ratio": r.ratio} if hasattr(r, "ratio") else {})} for r in rows]
-    atomic_write_text(out / f"{name}.json", json.dumps(data, indent=1) + "\n")
+    atomic_write_text(out / f"{name}.json", json.dumps({**made, "rows": data}, indent=1) + "\n")
     print(f"written: {out / (name + '.md')}, {out / (name + '.json')}")
 
 

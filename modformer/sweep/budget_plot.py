@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ..construction import REFERENCE_SEQUENCES, REFERENCE_WIDTH, budget
+from ..construction import REFERENCE_WIDTH, budget
 from ..figures import plt, save_figure
 from .runner import run_config
 from ..stats import metric_bounds, summarize
@@ -18,25 +18,26 @@ BUDGET_KEYS = ("train.steps", "train.batch_size")
 WIDTH_KEY = "model.d_model"
 
 
-def _run_budget(sweep_dir: Path, run: dict[str, Any]) -> dict[str, float] | None:
-    if "budget" in run["summary"]:
-        return run["summary"]["budget"]
+def _run_budget(sweep_dir: Path, run: dict[str, Any]) -> dict[str, Any] | None:
+    """The run's budget from its config.yaml (a pure function of it), else as its summary
+    recorded it."""
     config = run_config(sweep_dir, run)
-    return None if config is None else budget(config)
+    return budget(config) if config is not None else run["summary"].get("budget")
 
 
 def plot_budget(sweep_dir: Path, path: Path, grid: dict[str, list], variants: list[str],
                 groups: dict[tuple[str, str], list[dict]], metric: str = "accuracy") -> str | None:
-    """Draw the test `metric` (mean over seeds, 95% interval) against sequences trained on, or
-    against width, one line per variant and per value of the other grid keys; the paper's
+    """Draw the test `metric` (mean over seeds, 95% interval) against what the runs trained on
+    (sequences, or tokens for language modelling: `construction.budget`), or against width, one line per variant and per value of the other grid keys; the paper's
     budget (or width) is marked. Returns the figure's caption, or None when the grid varies
     neither."""
     by_budget = any(k in grid for k in BUDGET_KEYS)
     if not by_budget and WIDTH_KEY not in grid:
         return None
-    field, mark = ("sequences", REFERENCE_SEQUENCES) if by_budget else ("width", REFERENCE_WIDTH)
+    field = "amount" if by_budget else "width"
     others = [k for k in grid if k not in BUDGET_KEYS and (by_budget or k != WIDTH_KEY)]
     lines: dict[str, dict[float, list[float]]] = {}
+    unit, mark = "sequences", REFERENCE_WIDTH
     for (variant, _), runs in groups.items():
         if variant not in variants:
             continue
@@ -44,20 +45,22 @@ def plot_budget(sweep_dir: Path, path: Path, grid: dict[str, list], variants: li
             b = _run_budget(sweep_dir, run)
             if b is None or metric not in run["summary"]["test"]:
                 continue
+            if by_budget:
+                unit, mark = b.get("unit", "sequences"), b.get("paper", b["sequences"])
             label = ", ".join([variant, *(f"{k}={run['point'][k]}" for k in others if k in run["point"])])
-            lines.setdefault(label, {}).setdefault(b[field], []).append(run["summary"]["test"][metric])
+            lines.setdefault(label, {}).setdefault(b.get(field, b["sequences"]), []).append(run["summary"]["test"][metric])
     if not lines:
         return None
-    draw_curves(lines, field, mark, path, metric)
-    what = "sequences trained on (log scale)" if by_budget else "width"
+    draw_curves(lines, unit if by_budget else "width", mark, path, metric)
+    what = f"{unit} trained on (log scale)" if by_budget else "width"
     return f"Test {metric} against {what}, every grid point (mean over seeds, error bars: 95% interval)"
 
 
 def draw_curves(lines: dict[str, dict[float, list[float]]], field: str, mark: float, path: Path,
                 metric: str = "accuracy") -> None:
     """One line per label: the test `metric` (mean over its runs, 95% interval, clipped to the
-    metric's range) at each x, with the paper's `field` ("sequences" or "width") marked at
-    `mark`; x on a log scale."""
+    metric's range) at each x, with the paper's `field` ("sequences", "tokens" or "width")
+    marked at `mark`; x on a log scale."""
     low_bound, high_bound = metric_bounds(metric) or (-math.inf, math.inf)
     fig, ax = plt.subplots(figsize=(7, 4))
     for label, points in sorted(lines.items()):
@@ -67,7 +70,7 @@ def draw_curves(lines: dict[str, dict[float, list[float]]], field: str, mark: fl
         above = [0.0 if s.n < 2 else min(s.high, high_bound) - s.mean for s in stats]
         ax.errorbar(xs, [s.mean for s in stats], yerr=[below, above], marker="o", capsize=3, label=label)
     ax.axvline(mark, color="grey", linestyle="--", label=f"the paper's {field} (~{mark:,})")
-    ax.set(xscale="log", xlabel="sequences trained on" if field == "sequences" else "width (d_model)",
+    ax.set(xscale="log", xlabel="width (d_model)" if field == "width" else f"{field} trained on",
            ylabel=f"test {metric}")
     if math.isfinite(low_bound) and math.isfinite(high_bound):  # a bounded metric (accuracy): its whole range
         ax.set_ylim(low_bound - 0.02, high_bound + 0.02)

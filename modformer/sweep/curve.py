@@ -3,7 +3,8 @@
 A curve's points often come from different sweeps: the 1x point from the sweep that made a
 verdict, the 4x and 16x points from a budget sweep run later, width 512 from a run that did
 not fit with the others. `modformer curve DIR... --out FILE.png` draws test accuracy (or
-another test metric, e.g. `--metric loss`) against sequences trained on (or width), one line
+another test metric, e.g. `--metric loss`) against what the runs trained on (sequences, or
+tokens for language modelling; `construction.budget`) or against width, one line
 per variant, from every finished run of those folders that matches `--where` (e.g.
 `train.lr=0.003`, so that a sweep whose grid held two rates adds only the runs comparable
 with the others), and writes beside the figure a Markdown table of every point with the
@@ -20,14 +21,16 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..configtools import apply_override, flatten
-from ..construction import REFERENCE_SEQUENCES, REFERENCE_WIDTH, budget
+from ..construction import PAPER_BUDGETS, REFERENCE_WIDTH, budget, trainer_of
 from ..errors import ModformerError
 from ..files import atomic_write_text
 from ..stats import metric_bounds, summarize
 from .budget_plot import draw_curves
 from .runner import read_results, run_config
 
-AXES = {"sequences": REFERENCE_SEQUENCES, "width": REFERENCE_WIDTH}
+# --x: what the runs trained on, in their reference trainer's unit (sequences, or tokens for
+# language modelling; the flag keeps its name), or their width.
+AXES = ("sequences", "width")
 
 
 def _where(assignments: Sequence[str]) -> dict[str, Any]:
@@ -77,32 +80,50 @@ def curve_points(sweep_dirs: Sequence[Path], where: Sequence[str] = (), axis: st
             if metric not in test:
                 raise ModformerError(f"--metric {metric}: run {run['run_id']} of {sweep_dir} has no such test metric "
                                      f"(it has {', '.join(sorted(test))})")
-            points[run["variant"]][budget(config)[axis]].append((test[metric], sweep_dir.name))
+            b = budget(config)
+            points[run["variant"]][b["amount"] if axis == "sequences" else b["width"]].append(
+                (test[metric], sweep_dir.name))
     if not points:
         raise ModformerError("no finished run of " + ", ".join(map(str, sweep_dirs)) + " matches "
                              + (" ".join(where) if where else "(no filter)"))
     return points
 
 
+def _paper_mark(sweep_dirs: Sequence[Path], axis: str) -> tuple[str, float]:
+    """(x's unit, the paper's amount of it): its width, or the budget of the reference trainer
+    of the first sweep's runs (sequences, or tokens for language modelling)."""
+    if axis == "width":
+        return "width", REFERENCE_WIDTH
+    for run in read_results(Path(sweep_dirs[0])).values():
+        config = run_config(Path(sweep_dirs[0]), run)
+        if config is not None:
+            paper = PAPER_BUDGETS[trainer_of(config)]
+            return paper.unit, paper.amount
+    return "sequences", PAPER_BUDGETS["depth.py"].amount
+
+
 def write_curve(sweep_dirs: Sequence[Path], out: Path, where: Sequence[str] = (), axis: str = "sequences",
                 metric: str = "accuracy") -> Path:
     """Draw the curve to `out` (.png) and its table to the same name with .md; returns the table's path."""
     points = curve_points(sweep_dirs, where, axis, metric)
+    unit, mark = _paper_mark(sweep_dirs, axis)
     out = Path(out)
     draw_curves({variant: {x: [value for value, _ in runs] for x, runs in xs.items()}
-                 for variant, xs in points.items()}, axis, AXES[axis], out, metric)
+                 for variant, xs in points.items()}, unit, mark, out, metric)
+    axis = unit
     lines = [f"# {out.stem}: test {metric} against {axis}", "",
              f"From {', '.join(f'`{Path(d)}`' for d in sweep_dirs)}"
              + (f", runs with {', '.join(f'`{w}`' for w in where)}" if where else "")
-             + f"; the paper's {axis}: ~{AXES[axis]:,}. Figure: [{out.name}]({out.name}).", "",
+             + f"; the paper's {axis}: ~{mark:,}. Figure: [{out.name}]({out.name}).", "",
              f"| variant | {axis} | fraction of the paper's | seeds | test {metric} (mean ± std [95% interval]) "
              "| from |", "|---|---|---|---|---|---|"]
     for variant, xs in sorted(points.items()):
         for x, runs in sorted(xs.items()):
             stats = summarize([value for value, _ in runs])
-            lines.append(f"| {variant} | {x:,} | {x / AXES[axis]:.3g} | {len(runs)} | "
+            lines.append(f"| {variant} | {x:,} | {x / mark:.3g} | {len(runs)} | "
                          f"{stats.format(bounds=metric_bounds(metric))} | {', '.join(sorted({d for _, d in runs}))} |")
-    command = ["modformer curve", *map(str, sweep_dirs), *(f"--where {w}" for w in where), f"--x {axis}",
+    command = ["modformer curve", *map(str, sweep_dirs), *(f"--where {w}" for w in where),
+               f"--x {'width' if unit == 'width' else 'sequences'}",
                *([f"--metric {metric}"] if metric != "accuracy" else []), f"--out {out}"]
     lines += ["", "Reproduce:", "", "    " + " ".join(command)]
     table = out.with_suffix(".md")

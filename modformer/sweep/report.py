@@ -209,23 +209,26 @@ def write_report(sweep_dir: str | Path) -> Path:
 
 
 def _run_facts(sweep_dir: Path, run: dict[str, Any]) -> tuple[str, str]:
-    """(construction, budget text) of a finished run: from its summary, or, for runs made
-    before summaries recorded them, from its config.yaml."""
+    """(construction, budget text) of a finished run: the construction its summary recorded
+    (or, for runs made before summaries did, its config's), the budget from its config.yaml
+    (else as its summary recorded it)."""
     summary = run["summary"]
+    config = run_config(sweep_dir, run)
+    if config is not None:  # the budget is a function of the config: its units may be newer than the run
+        return summary.get("construction") or construction_label(config), budget_text(budget(config))
     if "construction" in summary:
         return summary["construction"], budget_text(summary["budget"])
-    config = run_config(sweep_dir, run)
-    if config is None:
-        return "not recorded", "not recorded"
-    return construction_label(config), budget_text(budget(config))
+    return "not recorded", "not recorded"
 
 
 def _construction_section(sweep_dir: Path, variants: list[str], groups, chosen) -> list[str]:
     """Which construction each chosen setting used and what fraction of the paper's budget."""
     lines = ["## Construction and budget", "",
              "Construction: `reference` is the paper's reference code (`model.construction: reference`), "
-             "`corrected` our defaults (README.md, 'The reference construction'). Budget: sequences trained on "
-             "and width, against the paper's ~10^5 steps of 128 sequences at width 512.", "",
+             "`corrected` our defaults (README.md, 'The reference construction'). Budget: what each run trained "
+             "on and its width, against the paper's in its reference trainer's unit (`construction.PAPER_BUDGETS`: "
+             "~10^5 steps of 128 sequences for the algorithmic tasks, the reference README's commands for "
+             "language modelling, in tokens, and sentiment) at width 512.", "",
              "| variant | construction | budget |", "|---|---|---|"]
     for v in variants:
         facts = sorted({_run_facts(sweep_dir, r) for r in groups[(v, chosen[v])]})
