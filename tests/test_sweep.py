@@ -238,7 +238,7 @@ def test_a_curve_gathers_the_matching_runs_of_several_sweeps(tmp_path):
         for variant, steps, lr, seed, accuracy in runs:
             run_id = f"{variant}/train.steps={steps},train.lr={lr}/seed{seed}"
             (out / "runs" / run_id).mkdir(parents=True)
-            config = {"model": {"d_model": 64}, "train": {"steps": steps, "batch_size": 256, "lr": lr}}
+            config = {"model": {"d_model": 64}, "train": {"steps": steps, "batch_size": 256, "lr": lr, "seed": seed}}
             (out / "runs" / run_id / "config.yaml").write_text(yaml.safe_dump(config))
             lines.append({"run_id": run_id, "variant": variant, "status": "done", "run_dir": f"runs/{run_id}",
                           "summary": {"test": {"accuracy": accuracy, "loss": 1 - accuracy}}})
@@ -269,3 +269,10 @@ def test_a_curve_gathers_the_matching_runs_of_several_sweeps(tmp_path):
         curve_points([first], ["train.lr=0.5"])
     with pytest.raises(ModformerError, match="not a sweep directory"):
         curve_points([tmp_path / "runs"])
+    # Two rates at one budget are two settings, not six seeds of one; one sweep's seeds twice
+    # (the 1x point in two folders) would count each run twice.
+    with pytest.raises(ModformerError, match=r"standard at sequences 51,200 differ in train.lr \(0.003, 0.01\)"):
+        curve_points([first])
+    again = sweep_folder("again", [("standard", 800, 0.003, s, 0.9) for s in range(2)])
+    with pytest.raises(ModformerError, match="hold seed 0 more than once .from again, later."):
+        curve_points([later, again])

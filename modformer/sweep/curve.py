@@ -33,6 +33,31 @@ from .runner import read_results, run_config
 AXES = ("sequences", "width")
 
 
+# Keys that say how a run was carried out, not what it trained: runs that differ only in these
+# (and in their seed) are seeds of one setting.
+OPERATIONAL = {"train.seed", "train.eval_every", "train.log_every", "train.checkpoint_every", "train.keep_checkpoints",
+               "train.progress", "train.threads", "train.log_to", "train.log_group", "train.mlflow_uri",
+               "train.eval_batch_size", "train.device", "train.compile", "train.activation_checkpointing",
+               "train.induction_scores"}
+
+
+def _check_one_setting(variant: str, x: float, runs: list[tuple[dict[str, Any], str]], axis: str) -> None:
+    """The runs of one point must be seeds of one setting: refuse different settings (their mean
+    would be no setting's) and a seed given twice (one run counted twice, e.g. from two sweeps)."""
+    settings = [{k: v for k, v in flat.items() if k not in OPERATIONAL} for flat, _ in runs]
+    differ = sorted({k for s in settings for k in s if any(o.get(k) != s.get(k) for o in settings)})
+    if differ:
+        values = ", ".join(f"{k} ({', '.join(sorted({str(s.get(k)) for s in settings}))})" for k in differ[:3])
+        raise ModformerError(f"the runs of {variant} at {axis} {x:,} differ in {values}: one point would average "
+                             f"different settings; choose one with --where KEY=VALUE")
+    seeds = [flat.get("train.seed") for flat, _ in runs]
+    twice = sorted({s for s in seeds if s is not None and seeds.count(s) > 1}, key=str)
+    if twice:
+        folders = sorted({d for flat, d in runs if flat.get("train.seed") == twice[0]})
+        raise ModformerError(f"the runs of {variant} at {axis} {x:,} hold seed {twice[0]} more than once (from "
+                             f"{', '.join(folders)}): drop one folder, or choose with --where KEY=VALUE")
+
+
 def _where(assignments: Sequence[str]) -> dict[str, Any]:
     """`KEY=VALUE` filters as dotted keys, parsed as config overrides are (`apply_override`)."""
     data: dict[str, Any] = {}
@@ -55,11 +80,13 @@ def _same(value: Any, wanted: Any) -> bool:
 def curve_points(sweep_dirs: Sequence[Path], where: Sequence[str] = (), axis: str = "sequences",
                  metric: str = "accuracy") -> dict[str, dict[float, list[tuple[float, str]]]]:
     """variant -> x (sequences or width) -> [(test `metric`, sweep folder name)] over every
-    finished run of `sweep_dirs` whose config matches every `where` filter."""
+    finished run of `sweep_dirs` whose config matches every `where` filter. Each point's runs
+    must be distinct seeds of one setting (`_check_one_setting`)."""
     if axis not in AXES:
         raise ModformerError(f"--x must be one of {', '.join(AXES)}, got '{axis}'")
     filters = _where(where)
     points: dict[str, dict[float, list[tuple[float, str]]]] = defaultdict(lambda: defaultdict(list))
+    configs: dict[tuple[str, float], list[tuple[dict[str, Any], str]]] = defaultdict(list)
     for sweep_dir in map(Path, sweep_dirs):
         if not (sweep_dir / "sweep.yaml").exists():
             raise ModformerError(f"{sweep_dir} is not a sweep directory (no sweep.yaml)")
@@ -81,11 +108,14 @@ def curve_points(sweep_dirs: Sequence[Path], where: Sequence[str] = (), axis: st
                 raise ModformerError(f"--metric {metric}: run {run['run_id']} of {sweep_dir} has no such test metric "
                                      f"(it has {', '.join(sorted(test))})")
             b = budget(config)
-            points[run["variant"]][b["amount"] if axis == "sequences" else b["width"]].append(
-                (test[metric], sweep_dir.name))
+            x = b["amount"] if axis == "sequences" else b["width"]
+            points[run["variant"]][x].append((test[metric], sweep_dir.name))
+            configs[(run["variant"], x)].append((flat, sweep_dir.name))
     if not points:
         raise ModformerError("no finished run of " + ", ".join(map(str, sweep_dirs)) + " matches "
                              + (" ".join(where) if where else "(no filter)"))
+    for (variant, x), runs in configs.items():
+        _check_one_setting(variant, x, runs, axis)
     return points
 
 
