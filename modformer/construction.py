@@ -58,12 +58,15 @@ SQRT_HALF = math.sqrt(0.5)
 HF_TRAINERS = (LM_TRAINER, CLASSIFIER)  # both take utils.py TrainingArguments as they are
 
 
-def _steps(data: dict[str, Any]) -> int:
-    from .train.config import TrainConfig  # here: the train package imports this module
+# train.steps when a config leaves it out: LoopConfig's default, which the training layer above
+# this one holds (tests/test_reference_construction.py checks that the two agree).
+DEFAULT_STEPS = 1000
 
+
+def _steps(data: dict[str, Any]) -> int:
     train = data.get("train") or {}
-    steps = train.get("steps", TrainConfig.steps) if isinstance(train, dict) else TrainConfig.steps
-    return steps if isinstance(steps, int) else TrainConfig.steps  # a bad value: the strict loader names it
+    steps = train.get("steps", DEFAULT_STEPS) if isinstance(train, dict) else DEFAULT_STEPS
+    return steps if isinstance(steps, int) else DEFAULT_STEPS  # a bad value: the strict loader names it
 
 
 def hf_warmup(data: dict[str, Any]) -> int:

@@ -93,8 +93,10 @@ def test_the_reference_points_are_pinned(variant, trainer, expected):
 
 
 def test_the_hf_trainers_warm_up_for_at_least_500_steps():
-    from modformer.construction import hf_warmup
+    from modformer.construction import DEFAULT_STEPS, hf_warmup
+    from modformer.train.config import LoopConfig
     assert [hf_warmup({"train": {"steps": n}}) for n in (200, 12_500, 12_525, 40_000)] == [500, 500, 501, 1600]
+    assert DEFAULT_STEPS == LoopConfig().steps  # a config without train.steps trains this many
     assert "train.warmup_steps" not in filled("standard", "depth.py", steps=20_000)
 
 
