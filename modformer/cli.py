@@ -67,6 +67,8 @@ def format_results(summary: dict) -> str:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    if args.resume and not args.out:
+        raise ModformerError("train --resume continues the run in --out: name that run folder with --out")
     cfg = load_config(args.config, args.overrides)
     out = Path(args.out) if args.out else Path("runs") / Path(args.config).stem / time.strftime("%Y%m%d-%H%M%S")
     summary = api.train_run(cfg, out, resume=args.resume)
@@ -253,6 +255,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     ls = sub.add_parser("list", help="list the registered variants, parts and tasks")
     ls.set_defaults(func=cmd_list)
+    # No abbreviated options: `--resum` must not pass for `--resume` (or for nothing at all).
+    for parser_ in (parser, *sub.choices.values()):
+        parser_.allow_abbrev = False
     return parser
 
 

@@ -88,6 +88,16 @@ def test_existing_run_without_resume(trained):
     assert_clean_error(modformer("train", "configs/retrieval.yaml", "--out", trained, *TINY), "--resume")
 
 
+def test_no_abbreviated_options_and_no_resume_without_its_folder(tmp_path):
+    """`--resum` was taken for `--resume` (argparse's abbreviations), and `--resume` without
+    `--out` trained a new run in a fresh folder: both refused, nothing trained."""
+    result = modformer("train", "configs/retrieval.yaml", "--out", tmp_path / "run", "--resum", *TINY)
+    assert result.returncode == 2 and "--resum" in result.stderr and not (tmp_path / "run").exists()
+    result = modformer("train", "configs/retrieval.yaml", "--resume", *TINY, cwd=tmp_path)
+    assert_clean_error(result, "--resume", "--out")
+    assert not (tmp_path / "runs").exists()
+
+
 @pytest.mark.parametrize("kind", ["garbage", "truncated", "foreign", "missing"])
 def test_bad_checkpoints(trained, tmp_path, kind):
     path = tmp_path / "ckpt.safetensors"

@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 import yaml
 
-from ..errors import ModformerError
+from ..errors import Interrupted, ModformerError
 from ..files import atomic_write_text
 from ..train.checkpoint import list_checkpoints
 from ..train.records import read_records
@@ -220,7 +220,7 @@ class SweepRunner:
             self.echo("interrupted: asking the running trainings to save and stop ...")
             self.stop()
             pool.shutdown(wait=True, cancel_futures=True)
-            raise ModformerError(f"sweep interrupted; run the same command again to continue {self.out}") from None
+            raise Interrupted(f"sweep interrupted; run the same command again to continue {self.out}") from None
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
