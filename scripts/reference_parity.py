@@ -244,7 +244,8 @@ def main() -> None:
                 if trainer == "trainer_classifier.py":  # right padding, as the classifier's batches have it
                     pad_tokens = tokens.clone()
                     pad_tokens[:, -4:] = cfg.model.pad_id
-                    padded = f"{logits_diff(ref, net, trainer, first_class, pad_tokens, pad_tokens != cfg.model.pad_id):.3g}"
+                    mask = pad_tokens != cfg.model.pad_id
+                    padded = f"{logits_diff(ref, net, trainer, first_class, pad_tokens, mask):.3g}"
                 sink = "-"
                 if variant == "mixit":
                     sink = "equal" if all(torch.equal(layer.self_attn.attn_weights[0], block.mixer.mixing[0])

@@ -128,7 +128,8 @@ class ModelConfig:
         if self.n_heads % self.kv_heads:
             raise ConfigError(f"model.n_kv_heads={self.n_kv_heads} does not divide model.n_heads={self.n_heads}")
         if self.reference_transformers not in ("v4.50", "v4.53"):
-            raise ConfigError(f"model.reference_transformers must be v4.50 or v4.53, got '{self.reference_transformers}'")
+            raise ConfigError(f"model.reference_transformers must be v4.50 or v4.53, "
+                              f"got '{self.reference_transformers}'")
         if self.pad_id is not None and not 0 <= self.pad_id < (self.vocab_size or self.pad_id + 1):
             raise ConfigError(f"model.pad_id={self.pad_id} is not a token of the vocabulary ({self.vocab_size})")
         if self.construction not in ("corrected", "reference"):

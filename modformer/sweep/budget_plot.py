@@ -28,8 +28,9 @@ def _run_budget(sweep_dir: Path, run: dict[str, Any]) -> dict[str, Any] | None:
 def plot_budget(sweep_dir: Path, path: Path, grid: dict[str, list], variants: list[str],
                 groups: dict[tuple[str, str], list[dict]], metric: str = "accuracy") -> str | None:
     """Draw the test `metric` (mean over seeds, 95% interval) against what the runs trained on
-    (sequences, or tokens for language modelling: `construction.budget`), or against width, one line per variant and per value of the other grid keys; the paper's
-    budget (or width) is marked. Returns the figure's caption, or None when the grid varies
+    (sequences, or tokens for language modelling: `construction.budget`), or against width,
+    one line per variant and per value of the other grid keys; the paper's budget (or width)
+    is marked. Returns the figure's caption, or None when the grid varies
     neither."""
     by_budget = any(k in grid for k in BUDGET_KEYS)
     if not by_budget and WIDTH_KEY not in grid:
@@ -48,7 +49,8 @@ def plot_budget(sweep_dir: Path, path: Path, grid: dict[str, list], variants: li
             if by_budget:
                 unit, mark = b.get("unit", "sequences"), b.get("paper", b["sequences"])
             label = ", ".join([variant, *(f"{k}={run['point'][k]}" for k in others if k in run["point"])])
-            lines.setdefault(label, {}).setdefault(b.get(field, b["sequences"]), []).append(run["summary"]["test"][metric])
+            x = b.get(field, b["sequences"])  # a summary from before budgets had units: sequences
+            lines.setdefault(label, {}).setdefault(x, []).append(run["summary"]["test"][metric])
     if not lines:
         return None
     draw_curves(lines, unit if by_budget else "width", mark, path, metric)
