@@ -138,7 +138,8 @@ class SlurmLauncher:
         submitit = import_submitit()
         c = self.config
         executor = submitit.SlurmExecutor(folder=folder)
-        params: dict[str, Any] = {"time": c.time, "cpus_per_task": c.cpus_per_run, "array_parallelism":
+        # The time limit in whole minutes: submitit's handler of the warning signal computes with it.
+        params: dict[str, Any] = {"time": c.minutes(), "cpus_per_task": c.cpus_per_run, "array_parallelism":
                                   c.array_parallelism, "job_name": f"modformer-{self.out.name}",
                                   "additional_parameters": dict(c.sbatch)}
         for key, value in (("partition", c.partition), ("mem", c.mem), ("account", c.account), ("qos", c.qos),
