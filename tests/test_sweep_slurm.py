@@ -166,7 +166,7 @@ def fake_sweep(tmp_path: Path, monkeypatch, states: dict[str, str]) -> tuple[Pat
     jobs = {run.run_id: {"run_id": run.run_id, "job_id": f"7_{i}", "folder": "slurm/submission-1",
                          "base": runner.base_record(run)} for i, run in enumerate(runs)}
     (out / "slurm" / "jobs.jsonl").write_text("".join(json.dumps(j) + "\n" for j in jobs.values()))
-    monkeypatch.setattr(slurm_module, "job_states", lambda out, jobs: {r: states[r] for r in jobs})
+    monkeypatch.setattr(slurm_module, "job_states", lambda out, jobs, **kw: {r: states[r] for r in jobs})
     monkeypatch.setattr(status_module, "job_states", slurm_module.job_states)
     return out, jobs
 
@@ -204,7 +204,7 @@ def test_following_submits_again_a_run_out_of_time_but_never_a_failed_one(tmp_pa
     out, jobs = fake_sweep(tmp_path, monkeypatch, first)
     submitted = []
 
-    def states(out, jobs):
+    def states(out, jobs, **kw):
         return {r: first[r] if j["job_id"].startswith("7_") else "COMPLETED" if r == ids[0] else "NODE_FAIL"
                 for r, j in jobs.items()}
 

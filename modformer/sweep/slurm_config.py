@@ -41,6 +41,9 @@ class SlurmConfig:
                               "(TIMEOUT, NODE_FAIL, BOOT_FAIL) is submitted again, to "
                               "continue from its last checkpoint; 0: never (a failed or cancelled job never is)")
     poll_seconds: float = option(10.0, "seconds between two looks at the jobs' states (sacct) while following")
+    lost_after_s: float = option(300.0, "seconds after its submission that a job neither sacct nor squeue lists, "
+                                        "both answering, counts as LOST (not waited on); while either cannot be "
+                                        "asked, a job is never taken for ended")
 
     def __post_init__(self) -> None:
         if isinstance(self.time, int):
@@ -58,6 +61,8 @@ class SlurmConfig:
             raise ConfigError(f"sweep.slurm.gpus_per_run must not be negative, got {self.gpus_per_run}")
         if self.poll_seconds <= 0:
             raise ConfigError(f"sweep.slurm.poll_seconds must be positive, got {self.poll_seconds}")
+        if self.lost_after_s < 0:
+            raise ConfigError(f"sweep.slurm.lost_after_s must not be negative, got {self.lost_after_s}")
 
     def minutes(self) -> int:
         """The time limit in whole minutes (seconds rounded up), as submitit takes it: its
