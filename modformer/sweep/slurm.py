@@ -52,6 +52,12 @@ from .spec import RunSpec
 # (PREEMPTED is in LIVE: Slurm may requeue the job itself, and a run must never train twice at once.)
 RESUMABLE = {"TIMEOUT", "NODE_FAIL", "BOOT_FAIL"}
 
+# Slurm's warning before a job's time limit, in place of submitit's USR2: submitit's handler of
+# USR2 raises in a job whose function cannot be checkpointed (ours: a command), so a job whose
+# run finished in its last 90 s ended FAILED. SIGURG is ignored by every process by default:
+# the warning does nothing, and the SIGTERM at the limit is what makes the training save.
+WARNING_SIGNAL = "URG@90"
+
 # States of a job stopped from outside (besides RESUMABLE): the log's last line is whatever the
 # training was doing, not why it ended.
 KILLED = RESUMABLE | {"CANCELLED", "PREEMPTED", "LOST", "DEADLINE"}
@@ -70,8 +76,9 @@ def job_command(cmd: list[str], env: dict[str, str], log_path: Path) -> list[str
     its environment added to the node's (which holds what Slurm sets there, e.g. the GPUs),
     its output appended to the run's log as a local worker's is."""
     exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
-    # Slurm's warning signal before a time limit (submitit asks for USR2) would kill the
-    # training unsaved; the SIGTERM that follows lets it save a checkpoint first.
+    # Slurm's warning signal before a time limit is SIGURG (WARNING_SIGNAL); USR2, should
+    # sweep.slurm.sbatch ask for it again, would kill the training unsaved, while the SIGTERM
+    # at the limit lets it save a checkpoint first.
     return ["bash", "-c", f"trap '' USR2; export {exports}; exec {shlex.join(cmd)} >>{shlex.quote(str(log_path))} 2>&1"]
 
 
@@ -148,7 +155,7 @@ class SlurmLauncher:
         # The time limit in whole minutes: submitit's handler of the warning signal computes with it.
         params: dict[str, Any] = {"time": c.minutes(), "cpus_per_task": c.cpus_per_run, "array_parallelism":
                                   c.array_parallelism, "job_name": f"modformer-{self.out.name}",
-                                  "additional_parameters": dict(c.sbatch)}
+                                  "additional_parameters": {"signal": WARNING_SIGNAL, **c.sbatch}}
         for key, value in (("partition", c.partition), ("mem", c.mem), ("account", c.account), ("qos", c.qos),
                            ("constraint", c.constraint), ("setup", c.setup or None),
                            ("gpus_per_node", c.gpus_per_run or None)):

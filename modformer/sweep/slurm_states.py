@@ -40,13 +40,14 @@ LOST_AFTER_S = 300.0
 
 
 def _run(cmd: list[str]) -> tuple[str | None, str]:
-    """(stdout, "") of a Slurm command that succeeded, else (None, its first error line)."""
+    """(stdout, "") of a Slurm command that succeeded, else (None, its last error line)."""
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.TimeoutExpired) as e:
         return None, f"{cmd[0]}: {e}"
     if done.returncode != 0:
-        return None, (done.stderr.strip().splitlines() or [f"{cmd[0]} exited with status {done.returncode}"])[0]
+        # The last line: sacct says "Problem talking to the database" after two lines of detail.
+        return None, (done.stderr.strip().splitlines() or [f"{cmd[0]} exited with status {done.returncode}"])[-1]
     return done.stdout, ""
 
 
@@ -137,7 +138,7 @@ def _record(out: Path, saved: dict[str, Any], known: dict[str, str], sacct_error
         if echo:
             echo(f"Slurm accounting unreachable ({sacct_error}"
                  + (f"; squeue too: {squeue_error}" if squeue_error else "; squeue answers") +
-                 "): jobs keep their last reported states, and none is submitted again until it answers")
+                 "): a job neither lists is unknown, never taken for ended, until accounting answers")
     elif not sacct_error and since is not None:
         if echo:
             echo(f"Slurm accounting answers again (unreachable since {since})")
