@@ -19,7 +19,8 @@ from modformer.sweep import slurm as slurm_module
 from modformer.sweep.runner import SweepRunner
 from modformer.sweep.spec import load_sweep
 from modformer.sweep.status import run_statuses
-from test_sweep_slurm import SCRIPT, SWEEP, comparable, curves, slurm_cluster, write  # noqa: F401 (a fixture)
+from slurm_cluster import SCRIPT
+from test_sweep_slurm import SWEEP, comparable, curves, write
 
 
 def stop_daemon(conf: str, name: str) -> None:

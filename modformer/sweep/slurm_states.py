@@ -20,8 +20,8 @@ shows, and a change of reachability is reported once, by whichever process sees 
 
 from __future__ import annotations
 
-import getpass
 import json
+import os
 import re
 import subprocess
 import time
@@ -84,7 +84,7 @@ def expand_array(job_id: str) -> list[str]:
 def ask_squeue(job_ids: set[str]) -> tuple[dict[str, str] | None, str]:
     """job id -> state for the jobs squeue lists, or None and why not. Asked for this user's
     jobs, not by id: squeue refuses a list whose ids have all left the queue."""
-    text, error = _run(["squeue", "-h", "-r", "-u", getpass.getuser(), "-o", "%i|%T"])
+    text, error = _run(["squeue", "-h", "-r", "-u", str(os.getuid()), "-o", "%i|%T"])
     return (None, error) if text is None else (_listed(text, job_ids), "")
 
 

@@ -1,8 +1,9 @@
 """`modformer sweep --status DIR`: where each run of a sweep stands, local or on Slurm.
 
-Read only: the sweep folder's files, and for runs submitted to Slurm their jobs' states
-(one sacct call, through submitit). Recording the runs that Slurm killed is left to the
-launcher (--wait, or the next submission).
+It reads the sweep folder's files and, for runs submitted to Slurm, their jobs' states (one
+sacct and one squeue call, modformer/sweep/slurm_states.py); the only thing it writes is
+that module's record of reported states and of an accounting outage's start. Recording the
+runs that Slurm killed is left to the launcher (--wait, or the next submission).
 """
 
 from __future__ import annotations
