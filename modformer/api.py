@@ -87,7 +87,7 @@ def sweep(config_path: str | Path, out: str | Path, *overrides: str, workers: in
         if SlurmLauncher(runner, wait=wait).launch() is None:
             return None
     else:
-        live = live_runs(Path(out))
+        live = live_runs(Path(out), spec.spec.slurm.lost_after_s)
         if live:
             raise ModformerError(f"{len(live)} run(s) of {out} are queued or running in Slurm, e.g. {live[0]}: "
                                  f"follow them with --launcher slurm --wait, or scancel them, before training locally")

@@ -193,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--out", help="sweep directory (default: runs/sweeps/<config name>)")
     sw.add_argument("--workers", type=int, help="runs at once (overrides sweep.workers)")
     sw.add_argument("--status", metavar="DIR", help="say which runs of the sweep in DIR are done, queued, running, "
-                                                    "failed or cancelled, and stop")
+                                                    "unknown (Slurm cannot say), failed or cancelled, and stop")
     sw.add_argument("--launcher", choices=LAUNCHERS, help="local (default) or slurm: submit the unfinished runs "
                                                           "as one Slurm job array (overrides sweep.launcher)")
     sw.add_argument("--wait", action="store_true", help="with --launcher slurm: follow the jobs to their end, "

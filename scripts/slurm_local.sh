@@ -174,8 +174,16 @@ start() {
   if [ $fresh = 1 ]; then
     # Jobs in the kept state belong to an earlier start whose daemons died or were stopped
     # mid-job (a killed test run): Slurm would requeue them onto this node. This cluster is
-    # ours alone, so they are cancelled.
-    squeue -h -o %i | xargs -r scancel --quiet || true
+    # ours alone, so they are cancelled, by their arrays' job ids (%A: %i writes a throttled
+    # array's pending tasks as 52_[2-3%2], which scancel refuses; --quiet: a job that ends
+    # meanwhile is no error). A failure stops the start: a job left over would run again
+    # on this node beside the tests' own.
+    local ids
+    ids=$(squeue -h -o %A | sort -u) || { say "squeue failed: cannot list the kept jobs to cancel them"; exit 1; }
+    if [ -n "$ids" ]; then
+      # shellcheck disable=SC2086  # one id per word
+      scancel --quiet $ids || { say "scancel of the kept jobs $(echo $ids) failed (see $dir/log)"; exit 1; }
+    fi
   fi
   # A node still completing such a job takes a minute (Slurm resends the termination).
   wait_for "the node" 120 bash -c "sinfo -h -N -o %T | grep -qE '^(idle|mixed|allocated)'"

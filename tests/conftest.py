@@ -14,6 +14,7 @@ if "PYTEST_XDIST_WORKER" in os.environ:
     torch.set_num_threads(1)
 
 from modformer.config import load_config  # noqa: E402
+from slurm_cluster import slurm_cluster  # noqa: E402, F401  (the Slurm tests' cluster, one per session)
 
 
 @pytest.fixture(autouse=True)

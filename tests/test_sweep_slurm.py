@@ -6,7 +6,6 @@ say why. The checks of gathering and status that need no cluster fake only the j
 """
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -24,8 +23,6 @@ from modformer.sweep.runner import SweepRunner, read_results
 from modformer.sweep.spec import load_sweep
 from modformer.sweep.status import format_status, run_statuses
 
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "scripts" / "slurm_local.sh"
 
 # 2 variants x 2 seeds; long enough (300 steps, a checkpoint every 25) that a job can be
 # cancelled mid-training, small enough to train in seconds. One thread: the same sums on
@@ -44,48 +41,6 @@ def write(folder: Path, data: dict) -> Path:
     path = folder / "sweep.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
-
-
-@pytest.fixture(scope="session")
-def slurm_cluster():
-    """SLURM_CONF of a running single-node Slurm with accounting; skips where none can start."""
-    pytest.importorskip("submitit", reason="the slurm launcher needs submitit (pip install 'modformer[slurm]')")
-    if not SCRIPT.exists() or sys.platform != "linux":
-        pytest.skip("a local Slurm starts on Linux only (scripts/slurm_local.sh)")
-    status = subprocess.run(["bash", str(SCRIPT), "status"], capture_output=True, text=True)
-    was_running = status.returncode == 0 and " -" not in status.stdout
-    started = subprocess.run(["bash", str(SCRIPT), "start"], capture_output=True, text=True, timeout=600)
-    if started.returncode == 77:
-        pytest.skip(f"no local Slurm: {started.stderr.strip().splitlines()[-1]}")
-    if started.returncode != 0:
-        pytest.fail(f"scripts/slurm_local.sh start failed:\n{started.stderr[-2000:]}")
-    conf = subprocess.run(["bash", str(SCRIPT), "env"], capture_output=True, text=True).stdout.split("=", 1)[1].strip()
-    # Each test process using the cluster leaves its pid here while it does: parallel workers
-    # (pytest -n) may each have started it, and only the last one out stops it.
-    users = Path(conf).parent.parent / "users"
-    users.mkdir(exist_ok=True)
-    me = users / str(os.getpid())
-    me.touch()
-    previous = os.environ.get("SLURM_CONF")
-    os.environ["SLURM_CONF"] = conf
-    yield conf
-    if previous is None:
-        os.environ.pop("SLURM_CONF", None)
-    else:
-        os.environ["SLURM_CONF"] = previous
-    me.unlink(missing_ok=True)
-    if not was_running and not any(_alive(int(p.name)) for p in users.iterdir() if p.name.isdigit()):
-        subprocess.run(["bash", str(SCRIPT), "stop"], capture_output=True, timeout=120)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process: alive
-        return True
-    return True
 
 
 def comparable(results: dict) -> dict:
@@ -166,7 +121,7 @@ def fake_sweep(tmp_path: Path, monkeypatch, states: dict[str, str]) -> tuple[Pat
     jobs = {run.run_id: {"run_id": run.run_id, "job_id": f"7_{i}", "folder": "slurm/submission-1",
                          "base": runner.base_record(run)} for i, run in enumerate(runs)}
     (out / "slurm" / "jobs.jsonl").write_text("".join(json.dumps(j) + "\n" for j in jobs.values()))
-    monkeypatch.setattr(slurm_module, "job_states", lambda out, jobs: {r: states[r] for r in jobs})
+    monkeypatch.setattr(slurm_module, "job_states", lambda out, jobs, **kw: {r: states[r] for r in jobs})
     monkeypatch.setattr(status_module, "job_states", slurm_module.job_states)
     return out, jobs
 
@@ -204,7 +159,7 @@ def test_following_submits_again_a_run_out_of_time_but_never_a_failed_one(tmp_pa
     out, jobs = fake_sweep(tmp_path, monkeypatch, first)
     submitted = []
 
-    def states(out, jobs):
+    def states(out, jobs, **kw):
         return {r: first[r] if j["job_id"].startswith("7_") else "COMPLETED" if r == ids[0] else "NODE_FAIL"
                 for r, j in jobs.items()}
 

@@ -14,13 +14,20 @@ Besides the local layout (modformer/sweep/runner.py) a Slurm sweep folder holds:
     slurm/submission-N/           submitit's files of the N-th submission (a fresh folder each
                                   time: Slurm's job ids may restart, and submitit would take an
                                   old job's files for a new one's)
+    slurm/accounting.json         each job's last reported state, and since when sacct has been
+                                  unreachable (modformer/sweep/slurm_states.py)
+    slurm/submit.lock             held while one submitter reads the jobs' states, calls sbatch
+                                  and appends to jobs.jsonl (modformer/lock.py)
 
 A job that ends with its run's summary written is recorded as done; any other (a failed
-training, cancelled, out of time, its node lost) as failed with its Slurm state and the last
-line of the run's log; submitted again, the run continues from its last checkpoint. While
-following, a run whose job ran out of time or lost its node is submitted again
-at once (`sweep.slurm.resubmit` times at most). Runs whose jobs are still queued or running are
-never submitted twice.
+training, cancelled, out of time, its node lost) as failed with its Slurm state, its last
+checkpoint and, for a failed training, the last line of the run's log; submitted again, the
+run continues from its last checkpoint. While following, a run whose job ran out of time or
+lost its node is submitted again at once (`sweep.slurm.resubmit` times at most). A job counts
+as ended only on a state sacct or squeue reported: while neither can say (accounting down),
+it is UNKNOWN, which counts as live. Runs whose jobs are live are never submitted twice, and
+two submitters of one sweep take turns (slurm/submit.lock); the run folder's own lock
+(modformer/lock.py) keeps a second training out whatever else goes wrong.
 """
 
 from __future__ import annotations
@@ -34,20 +41,26 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import ModformerError
+from ..lock import take_lock
+from ..train.checkpoint import list_checkpoints
 from ..train.records import read_records
 from .runner import SweepRunner, append_result, checked_results, done_line, read_results
+from .slurm_states import LIVE, LOST_AFTER_S, query_states
 from .spec import RunSpec
-
-# Slurm states of a job that may still run (submitit's list, which it reads from sacct).
-LIVE = {"READY", "PENDING", "RUNNING", "UNKNOWN", "REQUEUED", "COMPLETING", "PREEMPTED", "CONFIGURING",
-        "RESIZING", "SUSPENDED", "REQUEUE_HOLD", "REQUEUE_FED"}
 
 # Slurm states of a job that ended through no fault of its run: submitted again, the run continues.
 # (PREEMPTED is in LIVE: Slurm may requeue the job itself, and a run must never train twice at once.)
 RESUMABLE = {"TIMEOUT", "NODE_FAIL", "BOOT_FAIL"}
 
-# How long a job that sacct does not list yet counts as queued (accounting may lag a submission).
-UNKNOWN_GRACE_S = 300
+# Slurm's warning before a job's time limit, in place of submitit's USR2: submitit's handler of
+# USR2 raises in a job whose function cannot be checkpointed (ours: a command), so a job whose
+# run finished in its last 90 s ended FAILED. SIGURG is ignored by every process by default:
+# the warning does nothing, and the SIGTERM at the limit is what makes the training save.
+WARNING_SIGNAL = "URG@90"
+
+# States of a job stopped from outside (besides RESUMABLE): the log's last line is whatever the
+# training was doing, not why it ended.
+KILLED = RESUMABLE | {"CANCELLED", "PREEMPTED", "LOST", "DEADLINE"}
 
 
 def import_submitit():
@@ -63,8 +76,9 @@ def job_command(cmd: list[str], env: dict[str, str], log_path: Path) -> list[str
     its environment added to the node's (which holds what Slurm sets there, e.g. the GPUs),
     its output appended to the run's log as a local worker's is."""
     exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
-    # Slurm's warning signal before a time limit (submitit asks for USR2) would kill the
-    # training unsaved; the SIGTERM that follows lets it save a checkpoint first.
+    # Slurm's warning signal before a time limit is SIGURG (WARNING_SIGNAL); USR2, should
+    # sweep.slurm.sbatch ask for it again, would kill the training unsaved, while the SIGTERM
+    # at the limit lets it save a checkpoint first.
     return ["bash", "-c", f"trap '' USR2; export {exports}; exec {shlex.join(cmd)} >>{shlex.quote(str(log_path))} 2>&1"]
 
 
@@ -74,54 +88,54 @@ def submitted_jobs(out: Path) -> dict[str, dict[str, Any]]:
     return {r["run_id"]: r for r in read_records(path)} if path.exists() else {}
 
 
-def job_states(out: Path, jobs: dict[str, dict[str, Any]]) -> dict[str, str]:
-    """run id -> the Slurm state of its latest job, one sacct call for all (through submitit)."""
-    if not jobs:
-        return {}
-    submitit = import_submitit()
-    handles = {run_id: submitit.SlurmJob(folder=Path(out) / j["folder"], job_id=j["job_id"])
-               for run_id, j in jobs.items()}
-    watcher = next(iter(handles.values())).watcher
-    for handle in handles.values():
-        watcher.register_job(handle.job_id)
-    watcher.update()
-    states = {}
-    for run_id, handle in handles.items():
-        state = (handle.get_info(mode="cache").get("State") or "UNKNOWN").split()[0].upper()
-        if state == "UNKNOWN" and time.time() - jobs[run_id].get("submitted_s", 0) > UNKNOWN_GRACE_S:
-            state = "LOST"  # sacct never heard of it: another cluster's, or its accounting reset; not waited on
-        states[run_id] = state
-    return states
+def job_states(out: Path, jobs: dict[str, dict[str, Any]], *, lost_after_s: float = LOST_AFTER_S,
+               echo: Callable[[str], None] | None = None) -> dict[str, str]:
+    """run id -> the Slurm state of its latest job, as sacct or squeue reported it; UNKNOWN
+    (live) where neither does (modformer/sweep/slurm_states.py)."""
+    return query_states(out, jobs, lost_after_s=lost_after_s, echo=echo)
 
 
 def gather(out: Path, states: dict[str, str], echo: Callable[[str], None]) -> None:
     """Record each run whose latest job has ended (by `states`) and is not recorded yet: done
-    where it wrote its summary, else failed with its Slurm state and the last line of its log
-    (a training that failed, or a job killed by scancel, its time limit or a lost node)."""
+    where it wrote its summary, else failed with its Slurm state, its last checkpoint and, for
+    a training that failed, the last line of its log (a job killed by scancel, its time limit
+    or a lost node stopped a training that had nothing to say)."""
     jobs, results = submitted_jobs(out), read_results(out)
     for run_id, state in states.items():
         job, record = jobs[run_id], results.get(run_id, {})
         if state in LIVE or record.get("slurm_job") == job["job_id"] or record.get("status") == "done":
             continue
         base = {**job["base"], "slurm_job": job["job_id"]}
-        summary = Path(out) / base["run_dir"] / "summary.json"
-        if summary.exists():
-            append_result(out, {**base, "status": "done", "summary": json.loads(summary.read_text())})
-            echo(done_line(run_id, json.loads(summary.read_text())))
+        run_dir = Path(out) / base["run_dir"]
+        if (run_dir / "summary.json").exists():
+            summary = json.loads((run_dir / "summary.json").read_text())
+            append_result(out, {**base, "status": "done", "summary": summary})
+            echo(done_line(run_id, summary))
             continue
         log = Path(out) / "logs" / f"{run_id}.log"
-        tail = log.read_text().strip().splitlines()[-1:] if log.exists() else []
+        checkpoints = list_checkpoints(run_dir / "checkpoints")
+        saved = f"last checkpoint at step {checkpoints[-1][0]}" if checkpoints else "no checkpoint yet"
+        tail = log.read_text().strip().splitlines()[-1:] if log.exists() and state not in KILLED else []
         error = (f"Slurm job {job['job_id']} ended {state}" + (f": {tail[0]}" if tail else "") +
-                 "; its checkpoints are kept: submit the sweep again to continue it")
+                 f"; {saved}, kept: submit the sweep again to continue it")
         append_result(out, {**base, "status": "failed", "slurm_state": state, "error": error})
         echo(f"FAILED {run_id}: {error}  [log: {log}]")
 
 
-def live_runs(out: Path) -> list[str]:
-    """Runs of the sweep in `out` whose latest Slurm job may still run (none for a sweep never
-    submitted to Slurm): a local launcher must not train them at the same time."""
+def live_runs(out: Path, lost_after_s: float = LOST_AFTER_S) -> list[str]:
+    """Runs of the sweep in `out` whose latest Slurm job may still run, UNKNOWN ones included
+    (none for a sweep never submitted to Slurm): a local launcher must not train them now."""
     jobs = submitted_jobs(out)
-    return [run_id for run_id, state in job_states(out, jobs).items() if state in LIVE] if jobs else []
+    states = job_states(out, jobs, lost_after_s=lost_after_s) if jobs else {}
+    return [run_id for run_id, state in states.items() if state in LIVE]
+
+
+def submission_lock(out: Path):
+    """The sweep folder's submission lock, waited for: reading which runs are live, calling
+    sbatch and appending to slurm/jobs.jsonl is one step, so that two `modformer sweep`
+    commands submitting at once never both submit a run (the second sees the first's jobs)."""
+    (Path(out) / "slurm").mkdir(parents=True, exist_ok=True)
+    return take_lock(Path(out) / "slurm" / "submit.lock", wait=True)
 
 
 class SlurmLauncher:
@@ -138,9 +152,10 @@ class SlurmLauncher:
         submitit = import_submitit()
         c = self.config
         executor = submitit.SlurmExecutor(folder=folder)
-        params: dict[str, Any] = {"time": c.time, "cpus_per_task": c.cpus_per_run, "array_parallelism":
+        # The time limit in whole minutes: submitit's handler of the warning signal computes with it.
+        params: dict[str, Any] = {"time": c.minutes(), "cpus_per_task": c.cpus_per_run, "array_parallelism":
                                   c.array_parallelism, "job_name": f"modformer-{self.out.name}",
-                                  "additional_parameters": dict(c.sbatch)}
+                                  "additional_parameters": {"signal": WARNING_SIGNAL, **c.sbatch}}
         for key, value in (("partition", c.partition), ("mem", c.mem), ("account", c.account), ("qos", c.qos),
                            ("constraint", c.constraint), ("setup", c.setup or None),
                            ("gpus_per_node", c.gpus_per_run or None)):
@@ -185,18 +200,22 @@ class SlurmLauncher:
         None (submitted, not followed)."""
         import_submitit()  # before anything is written
         runs, todo = self.runner.pending()
-        jobs = submitted_jobs(self.out)
-        states = job_states(self.out, {r.run_id: jobs[r.run_id] for r in todo if r.run_id in jobs})
-        gather(self.out, states, self.echo)
-        live = {run_id for run_id, state in states.items() if state in LIVE}
-        submit = [run for run in todo if run.run_id not in live]
-        self.echo(f"sweep {self.out}: {len(runs)} runs, {len(runs) - len(todo)} already finished, "
-                  f"{len(live)} queued or running in Slurm, {len(submit)} to submit")
-        if submit:
-            lines = self._submit(submit)
-            array = sorted({line["job_id"].split("_")[0] for line in lines.values()})
-            self.echo(f"submitted {len(submit)} run(s) as Slurm job array {', '.join(array)} "
-                      f"(folder {self.out / 'slurm'})")
+        with submission_lock(self.out):  # held from reading the jobs' states to recording the new jobs
+            jobs = submitted_jobs(self.out)
+            states = self._states({r.run_id: jobs[r.run_id] for r in todo if r.run_id in jobs})
+            gather(self.out, states, self.echo)
+            live = {run_id for run_id, state in states.items() if state in LIVE}
+            # A job that ended since pending() may have finished its run (gathered just now as done).
+            done = {run_id for run_id, r in read_results(self.out).items() if r["status"] == "done"}
+            finished = len(runs) - len(todo) + sum(run.run_id in done for run in todo)
+            submit = [run for run in todo if run.run_id not in live | done]
+            self.echo(f"sweep {self.out}: {len(runs)} runs, {finished} already finished, "
+                      f"{len(live)} queued or running in Slurm, {len(submit)} to submit")
+            if submit:
+                lines = self._submit(submit)
+                array = sorted({line["job_id"].split("_")[0] for line in lines.values()})
+                self.echo(f"submitted {len(submit)} run(s) as Slurm job array {', '.join(array)} "
+                          f"(folder {self.out / 'slurm'})")
         following = live | {run.run_id for run in submit}
         if not following:  # every run has ended: gathered, as a local sweep ends
             return checked_results(self.out)
@@ -214,18 +233,28 @@ class SlurmLauncher:
         while left:
             time.sleep(self.config.poll_seconds)
             jobs = submitted_jobs(self.out)
-            states = job_states(self.out, {run_id: jobs[run_id] for run_id in left})
+            states = self._states({run_id: jobs[run_id] for run_id in left})
             gather(self.out, states, self.echo)
             ended = {run_id for run_id, state in states.items() if state not in LIVE}
             left -= ended
             resumable = [r for r in sorted(ended) if states[r] in RESUMABLE and resubmitted[r] < self.config.resubmit]
-            unfinished = {run.run_id: run for run in self.runner.pending()[1]} if resumable else {}
-            again = [unfinished[r] for r in resumable if r in unfinished]
-            if again:
-                self._submit(again)
-                for run in again:
-                    resubmitted[run.run_id] += 1
-                    self.echo(f"submitted {run.run_id} again ({states[run.run_id]}, time "
-                              f"{resubmitted[run.run_id]} of {self.config.resubmit}): it continues from its "
-                              f"last checkpoint")
-                left |= {run.run_id for run in again}
+            if not resumable:
+                continue
+            with submission_lock(self.out):
+                # Another follower may have submitted it again already: then follow its job.
+                latest = submitted_jobs(self.out)
+                taken = {r for r in resumable if latest[r]["job_id"] != jobs[r]["job_id"]}
+                left |= taken
+                unfinished = {run.run_id: run for run in self.runner.pending()[1]}
+                again = [unfinished[r] for r in resumable if r in unfinished and r not in taken]
+                if again:
+                    self._submit(again)
+            for run in again:
+                resubmitted[run.run_id] += 1
+                self.echo(f"submitted {run.run_id} again ({states[run.run_id]}, time "
+                          f"{resubmitted[run.run_id]} of {self.config.resubmit}): it continues from its "
+                          f"last checkpoint")
+            left |= {run.run_id for run in again}
+
+    def _states(self, jobs: dict[str, dict[str, Any]]) -> dict[str, str]:
+        return job_states(self.out, jobs, lost_after_s=self.config.lost_after_s, echo=self.echo)

@@ -10,6 +10,7 @@ Each run is one task of one Slurm job array (modformer/sweep/slurm.py); `modform
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -40,6 +41,9 @@ class SlurmConfig:
                               "(TIMEOUT, NODE_FAIL, BOOT_FAIL) is submitted again, to "
                               "continue from its last checkpoint; 0: never (a failed or cancelled job never is)")
     poll_seconds: float = option(10.0, "seconds between two looks at the jobs' states (sacct) while following")
+    lost_after_s: float = option(300.0, "seconds after its submission that a job neither sacct nor squeue lists, "
+                                        "both answering, counts as LOST (not waited on); while either cannot be "
+                                        "asked, a job is never taken for ended")
 
     def __post_init__(self) -> None:
         if isinstance(self.time, int):
@@ -57,3 +61,24 @@ class SlurmConfig:
             raise ConfigError(f"sweep.slurm.gpus_per_run must not be negative, got {self.gpus_per_run}")
         if self.poll_seconds <= 0:
             raise ConfigError(f"sweep.slurm.poll_seconds must be positive, got {self.poll_seconds}")
+        if self.lost_after_s < 0:
+            raise ConfigError(f"sweep.slurm.lost_after_s must not be negative, got {self.lost_after_s}")
+
+    def minutes(self) -> int:
+        """The time limit in whole minutes (seconds rounded up), as submitit takes it: its
+        handler of Slurm's warning signal computes with it, and a string there crashes it."""
+        return time_minutes(self.time)
+
+
+def time_minutes(text: str) -> int:
+    """Slurm's --time forms in whole minutes: "90" -> 90, "1:30" (MM:SS) -> 2,
+    "4:00:00" -> 240, "1-12" (D-HH) -> 2160, "1-00:30" (D-HH:MM) -> 1470, "1-0:0:30" -> 1441."""
+    days, _, clock = text.rpartition("-")
+    parts = [int(p) for p in clock.split(":")]
+    if days:  # D-HH, D-HH:MM, D-HH:MM:SS: the clock starts with hours
+        hours, minutes, seconds = (parts + [0, 0])[:3]
+    elif len(parts) == 1:  # MM
+        hours, minutes, seconds = 0, parts[0], 0
+    else:  # MM:SS, HH:MM:SS: the clock ends with seconds
+        hours, minutes, seconds = ([0] + parts)[-3:]
+    return int(days or 0) * 1440 + hours * 60 + minutes + math.ceil(seconds / 60)

@@ -1,12 +1,14 @@
 """`modformer sweep --status DIR`: where each run of a sweep stands, local or on Slurm.
 
-Read only: the sweep folder's files, and for runs submitted to Slurm their jobs' states
-(one sacct call, through submitit). Recording the runs that Slurm killed is left to the
-launcher (--wait, or the next submission).
+It reads the sweep folder's files and, for runs submitted to Slurm, their jobs' states (one
+sacct and one squeue call, modformer/sweep/slurm_states.py); the only thing it writes is
+that module's record of reported states and of an accounting outage's start. Recording the
+runs that Slurm killed is left to the launcher (--wait, or the next submission).
 """
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 
@@ -14,29 +16,43 @@ from ..errors import ModformerError
 from ..train.checkpoint import list_checkpoints
 from .runner import read_results
 from .slurm import LIVE, job_states, submitted_jobs
+from .slurm_states import read_accounting
 from .spec import load_sweep
 
-STATUSES = ("done", "running", "queued", "failed", "cancelled", "started", "not started")
+STATUSES = ("done", "running", "queued", "unknown", "failed", "cancelled", "started", "not started")
 
 
 def run_statuses(out: Path) -> list[tuple[str, str, str]]:
     """(run id, status, detail) for every run of the sweep in `out`, in the sweep's order.
     A status is one of STATUSES; `started` is a run with checkpoints and no job or process
-    known to be training it (a stopped local sweep, or a local sweep running now)."""
+    known to be training it (a stopped local sweep, or a local sweep running now); `unknown`
+    a run whose job neither sacct nor squeue reports now (accounting unreachable, or a job
+    submitted an instant ago): it may be queued or training, and counts as such."""
     out = Path(out)
     if not (out / "sweep.yaml").exists():
         raise ModformerError(f"{out} is not a sweep directory (no sweep.yaml)")
-    runs = load_sweep(out / "sweep.yaml").runs()
+    sweep = load_sweep(out / "sweep.yaml")
+    runs = sweep.runs()
     results, jobs = read_results(out), submitted_jobs(out)
     states = job_states(out, {r.run_id: jobs[r.run_id] for r in runs
-                              if r.run_id in jobs and results.get(r.run_id, {}).get("status") != "done"})
+                              if r.run_id in jobs and results.get(r.run_id, {}).get("status") != "done"},
+                        lost_after_s=sweep.spec.slurm.lost_after_s)
+    accounting = read_accounting(out)
     rows = []
     for run in runs:
         record, job, state = results.get(run.run_id, {}), jobs.get(run.run_id), states.get(run.run_id)
         run_dir = out / "runs" / run.run_id
         if record.get("status") == "done" or (run_dir / "summary.json").exists():
-            test = record.get("summary", {}).get("test", {})
+            # A run finished but not gathered yet has its figures in its own summary only.
+            summary = record.get("summary") or json.loads((run_dir / "summary.json").read_text())
+            test = summary.get("test", {})
             rows.append((run.run_id, "done", f"test accuracy {test['accuracy']:.4f}" if "accuracy" in test else ""))
+        elif state == "UNKNOWN":
+            since = accounting.get("unreachable_since")
+            last = accounting.get("states", {}).get(job["job_id"])
+            why = f"accounting unreachable since {since}" if since else "not listed by sacct or squeue yet"
+            rows.append((run.run_id, "unknown", f"Slurm job {job['job_id']}: unknown ({why}"
+                                                + (f"; last reported {last})" if last else ")")))
         elif state in LIVE:
             where = "queued" if state in ("PENDING", "REQUEUED", "REQUEUE_HOLD", "CONFIGURING") else "running"
             rows.append((run.run_id, where, f"Slurm job {job['job_id']} ({state})"))

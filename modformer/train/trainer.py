@@ -1,8 +1,10 @@
 """The training loop: one run of one config in one run directory, resumable bit for bit.
 
 A run directory holds `config.yaml` (resolved), `run.json` (command, code version),
-`metrics.jsonl`, `checkpoints/step_N.safetensors`, `summary.json` (final held-out metrics)
-and `curves.png`.
+`metrics.jsonl`, `checkpoints/step_N.safetensors`, `summary.json` (final held-out metrics),
+`curves.png`, and `train.lock`: while a training runs, it holds that file's lock, so that a
+second training of the same folder (from any launcher or host) refuses before it writes
+anything (modformer/lock.py).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from ..construction import budget, construction_label
 from ..errors import CheckpointError, ConfigError, Interrupted, ModformerError
 from ..evaluate import checkpoint_file, evaluate
 from ..files import atomic_write_text, remove_stale_temporaries
+from ..lock import FolderLock, take_lock
 from ..precision import resolve_precision
 from ..registry import TASKS
 from ..tasks.base import IGNORE
@@ -43,6 +46,8 @@ from .tracking import RunInfo, check_installed, open_trackers
 # float sums, so a change of either would break bit-identical resumption.)
 RESUMABLE_CHANGES = {"train.progress", "train.log_to", "train.log_group", "train.mlflow_uri"}
 
+LOCK_FILE = "train.lock"  # held by the one training of a run folder (modformer/lock.py)
+
 
 class Trainer(TrainingLoop):
     """A run of one config's task: the one training loop (`loop.py`) reading the task's
@@ -58,9 +63,25 @@ class Trainer(TrainingLoop):
         self.echo = echo or (lambda msg: print(msg, file=sys.stderr))
         self.ckpt_dir = self.run_dir / "checkpoints"
         self.metrics = MetricsLog(self.run_dir / "metrics.jsonl")
+        self.lock: FolderLock | None = None
 
     # -- run directory -------------------------------------------------------------------
+    def _lock(self) -> None:
+        """Take the run folder's lock (once) and keep it until the run ends; refuse (exit 2,
+        nothing written) if another training holds it. Taken before any other check of the
+        folder, so that two trainings never both see it free."""
+        if self.lock is None:
+            self.lock = take_lock(self.run_dir / LOCK_FILE, wait=False, busy=(
+                f"{self.run_dir} is being trained by {{holder}}: one training per run folder (lock file "
+                f"{{path}}); wait for it to end or stop it, or choose another --out"))
+
     def _prepare_run_dir(self) -> None:
+        # A missing folder is made here, not earlier: a run refused for its config leaves none behind.
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ModformerError(f"cannot write to output folder {self.run_dir}: {e.strerror or e}") from None
+        self._lock()
         saved = self.run_dir / "config.yaml"
         holds_run = saved.exists() or bool(list_checkpoints(self.ckpt_dir))
         if holds_run and not self.resume:
@@ -88,6 +109,18 @@ class Trainer(TrainingLoop):
         starts.append({"command": self.command, "code_version": code_version(), "torch": torch.__version__,
                        "machine": machine(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
         atomic_write_text(info_path, json.dumps({"starts": starts}, indent=2) + "\n")
+
+    def _on_main(self, step: Callable[[], Any]) -> None:
+        """Run `step` on rank 0 only (the one that writes); if it fails, every rank stops
+        with its message (one rank alone raising would leave the others waiting)."""
+        problem = None
+        if self.world.main:
+            try:
+                step()
+            except ModformerError as e:
+                problem = e
+        if self.world.any(problem is not None):
+            raise problem or ModformerError(f"rank 0 could not prepare {self.run_dir} (its message says why)")
 
     def _check_same_config(self, saved: Path) -> None:
         try:
@@ -158,6 +191,9 @@ class Trainer(TrainingLoop):
         check_installed(tc.log_to)  # a missing tracker package stops the run before it starts
         # First: under torchrun each process takes its own GPU, and builds its model there.
         self.world, self.device = init_world(resolve_device(tc.device))
+        self.world.share(tc.batch_size)  # a batch that does not split is refused before anything is written
+        # A folder that exists may be in training now: refuse at once, before building anything.
+        self._on_main(lambda: self._lock() if self.run_dir.is_dir() else None)
         if tc.threads is not None:
             torch.set_num_threads(tc.threads)
         self.task = TASKS[cfg.task.name](cfg.task)
@@ -168,22 +204,13 @@ class Trainer(TrainingLoop):
             source = checkpoint_file(Path(tc.init_from))
             load_model_state(self.model, {k: v.to(self.device) for k, v in read_checkpoint(source).model.items()},
                              source)
-        self.world.share(tc.batch_size)  # a batch that does not split is refused before anything is written
         # The held-out sets are drawn before timing starts, and before the run directory: data
         # that cannot be read (a text source offline, say) leaves no run behind.
         self.task.test_set()
         # Only now: a bad init_from (missing, foreign, of another shape) must leave no run behind.
-        # Rank 0 prepares the run directory; if it cannot, every rank stops with its message.
-        problem = None
-        if self.world.main:
-            try:
-                self._prepare_run_dir()
-            except ModformerError as e:
-                problem = e
-        else:  # other ranks write nothing, and read the checkpoints rank 0 writes
+        self._on_main(self._prepare_run_dir)
+        if not self.world.main:  # other ranks write nothing, and read the checkpoints rank 0 writes
             self.metrics = NullMetricsLog(self.metrics.path)
-        if self.world.any(problem is not None):
-            raise problem or ModformerError(f"rank 0 could not prepare {self.run_dir} (its message says why)")
         self.optimizer = build_optimizer(self.model, tc)
         self.settings, self.peak_lr, self.log = tc, tc.lr, self.metrics.append
         self.trainable = [p for p in self.model.parameters() if p.requires_grad]
@@ -243,7 +270,12 @@ class Trainer(TrainingLoop):
                       show_progress=self.world.main)
             return self._finish()
         finally:  # the trackers' runs end with the run, stopped or failed too, with the plots there are
-            self.metrics.close([p for p in (self.run_dir / "curves.png", self.run_dir / "induction.png") if p.exists()])
+            try:
+                self.metrics.close([p for p in (self.run_dir / "curves.png", self.run_dir / "induction.png")
+                                    if p.exists()])
+            finally:  # last: nothing of this training writes into the folder after the lock is given up
+                if self.lock is not None:
+                    self.lock.release()
 
     def stop(self, done: int) -> None:
         if self.world.main:

@@ -1,0 +1,53 @@
+"""The single-node Slurm of the Slurm tests (scripts/slurm_local.sh), as a session fixture
+that conftest.py registers once for every test file that asks for `slurm_cluster`."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "slurm_local.sh"
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """SLURM_CONF of a running single-node Slurm with accounting; skips where none can start."""
+    pytest.importorskip("submitit", reason="the slurm launcher needs submitit (pip install 'modformer[slurm]')")
+    if not SCRIPT.exists() or sys.platform != "linux":
+        pytest.skip("a local Slurm starts on Linux only (scripts/slurm_local.sh)")
+    status = subprocess.run(["bash", str(SCRIPT), "status"], capture_output=True, text=True)
+    was_running = status.returncode == 0 and " -" not in status.stdout
+    started = subprocess.run(["bash", str(SCRIPT), "start"], capture_output=True, text=True, timeout=600)
+    if started.returncode == 77:
+        pytest.skip(f"no local Slurm: {started.stderr.strip().splitlines()[-1]}")
+    if started.returncode != 0:
+        pytest.fail(f"scripts/slurm_local.sh start failed:\n{started.stderr[-2000:]}")
+    conf = subprocess.run(["bash", str(SCRIPT), "env"], capture_output=True, text=True).stdout.split("=", 1)[1].strip()
+    # Each test process using the cluster leaves its pid here while it does: parallel workers
+    # (pytest -n) may each have started it, and only the last one out stops it.
+    users = Path(conf).parent.parent / "users"
+    users.mkdir(exist_ok=True)
+    me = users / str(os.getpid())
+    me.touch()
+    previous = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = conf
+    yield conf
+    if previous is None:
+        os.environ.pop("SLURM_CONF", None)
+    else:
+        os.environ["SLURM_CONF"] = previous
+    me.unlink(missing_ok=True)
+    if not was_running and not any(_alive(int(p.name)) for p in users.iterdir() if p.name.isdigit()):
+        subprocess.run(["bash", str(SCRIPT), "stop"], capture_output=True, timeout=120)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
