@@ -399,3 +399,13 @@ def test_the_classifier_attention_reading_is_named_and_chosen():
     assert construction_label(reference("mixit", trainer="trainer.py").to_dict()) == "reference (trainer.py)"
     with pytest.raises(ConfigError, match="reference_transformers"):
         reference("standard", trainer="trainer_classifier.py", reference_transformers="4.53")
+
+
+def test_a_frozen_pad_row_needs_a_pad_token():
+    with pytest.raises(ConfigError, match="pad_embedding_frozen needs a pad token: task condattend"):
+        config_from_dict({"model": {"pad_embedding_frozen": True}, "task": {"name": "condattend", "n_pairs": 4}})
+    cfg = config_from_dict({"model": {"pad_embedding_frozen": True, "pad_id": 0},
+                            "task": {"name": "condattend", "n_pairs": 4}})
+    assert build_model(cfg.model, seed=0).embed.padding_idx == 0
+    with pytest.raises(ConfigError, match="model.pad_id=600 is not a token"):
+        config_from_dict({"model": {"pad_id": 600, "vocab_size": 512}, "task": {"name": "condattend", "n_pairs": 4}})
