@@ -277,6 +277,7 @@ def budget(config: dict[str, Any]) -> dict[str, Any]:
 def budget_text(b: dict[str, Any]) -> str:
     """'51,200 sequences (0.4% of the paper's ~1.28e+07), width 64 (0.125x its 512)'; a budget
     recorded before units were (a summary of an older run) counts sequences."""
-    amount, unit, paper = b.get("amount", b["sequences"]), b.get("unit", "sequences"), b.get("paper", 12_800_000)
+    depth = PAPER_BUDGETS[DEPTH]
+    amount, unit, paper = b.get("amount", b["sequences"]), b.get("unit", depth.unit), b.get("paper", depth.amount)
     return (f"{amount:,} {unit} ({100 * amount / paper:.3g}% of the paper's ~{paper:.3g}), "
             f"width {b['width']} ({b['width_fraction']:.3g}x its {REFERENCE_WIDTH})")

@@ -18,11 +18,10 @@ BUDGET_KEYS = ("train.steps", "train.batch_size")
 WIDTH_KEY = "model.d_model"
 
 
-def _run_budget(sweep_dir: Path, run: dict[str, Any]) -> dict[str, Any] | None:
-    """The run's budget from its config.yaml (a pure function of it), else as its summary
-    recorded it."""
-    config = run_config(sweep_dir, run)
-    return budget(config) if config is not None else run["summary"].get("budget")
+def run_budget(config: dict[str, Any] | None, summary: dict[str, Any]) -> dict[str, Any] | None:
+    """A run's budget from its config (a pure function of it: its units may be newer than the
+    run), else as its summary recorded it."""
+    return budget(config) if config is not None else summary.get("budget")
 
 
 def plot_budget(sweep_dir: Path, path: Path, grid: dict[str, list], variants: list[str],
@@ -43,7 +42,7 @@ def plot_budget(sweep_dir: Path, path: Path, grid: dict[str, list], variants: li
         if variant not in variants:
             continue
         for run in runs:
-            b = _run_budget(sweep_dir, run)
+            b = run_budget(run_config(sweep_dir, run), run["summary"])
             if b is None or metric not in run["summary"]["test"]:
                 continue
             if by_budget:

@@ -140,12 +140,11 @@ def write_curve(sweep_dirs: Sequence[Path], out: Path, where: Sequence[str] = ()
     out = Path(out)
     draw_curves({variant: {x: [value for value, _ in runs] for x, runs in xs.items()}
                  for variant, xs in points.items()}, unit, mark, out, metric)
-    axis = unit
-    lines = [f"# {out.stem}: test {metric} against {axis}", "",
+    lines = [f"# {out.stem}: test {metric} against {unit}", "",
              f"From {', '.join(f'`{Path(d)}`' for d in sweep_dirs)}"
              + (f", runs with {', '.join(f'`{w}`' for w in where)}" if where else "")
-             + f"; the paper's {axis}: ~{mark:,}. Figure: [{out.name}]({out.name}).", "",
-             f"| variant | {axis} | fraction of the paper's | seeds | test {metric} (mean ± std [95% interval]) "
+             + f"; the paper's {unit}: ~{mark:,}. Figure: [{out.name}]({out.name}).", "",
+             f"| variant | {unit} | fraction of the paper's | seeds | test {metric} (mean ± std [95% interval]) "
              "| from |", "|---|---|---|---|---|---|"]
     for variant, xs in sorted(points.items()):
         for x, runs in sorted(xs.items()):
@@ -153,7 +152,7 @@ def write_curve(sweep_dirs: Sequence[Path], out: Path, where: Sequence[str] = ()
             lines.append(f"| {variant} | {x:,} | {x / mark:.3g} | {len(runs)} | "
                          f"{stats.format(bounds=metric_bounds(metric))} | {', '.join(sorted({d for _, d in runs}))} |")
     command = ["modformer curve", *map(str, sweep_dirs), *(f"--where {w}" for w in where),
-               f"--x {'width' if unit == 'width' else 'sequences'}",
+               f"--x {axis}",
                *([f"--metric {metric}"] if metric != "accuracy" else []), f"--out {out}"]
     lines += ["", "Reproduce:", "", "    " + " ".join(command)]
     table = out.with_suffix(".md")

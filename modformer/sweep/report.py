@@ -15,12 +15,12 @@ from typing import Any
 
 import yaml
 
-from ..construction import budget, budget_text, construction_label
+from ..construction import budget_text, construction_label
 from ..errors import ModformerError
 from ..figures import plt, save_figure
 from ..files import atomic_write_text
 from ..train.records import read_records
-from .budget_plot import plot_budget
+from .budget_plot import plot_budget, run_budget
 from .runner import read_results, run_config
 from ..stats import metric_bounds, summarize
 
@@ -212,13 +212,10 @@ def _run_facts(sweep_dir: Path, run: dict[str, Any]) -> tuple[str, str]:
     """(construction, budget text) of a finished run: the construction its summary recorded
     (or, for runs made before summaries did, its config's), the budget from its config.yaml
     (else as its summary recorded it)."""
-    summary = run["summary"]
-    config = run_config(sweep_dir, run)
-    if config is not None:  # the budget is a function of the config: its units may be newer than the run
-        return summary.get("construction") or construction_label(config), budget_text(budget(config))
-    if "construction" in summary:
-        return summary["construction"], budget_text(summary["budget"])
-    return "not recorded", "not recorded"
+    summary, config = run["summary"], run_config(sweep_dir, run)
+    construction = summary.get("construction") or (config and construction_label(config))
+    b = run_budget(config, summary)
+    return (construction or "not recorded"), (budget_text(b) if b else "not recorded")
 
 
 def _construction_section(sweep_dir: Path, variants: list[str], groups, chosen) -> list[str]:
