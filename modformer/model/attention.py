@@ -30,7 +30,7 @@ class SelfAttention(nn.Module):
                  rope: RotaryEmbedding | None = None, causal: bool = True, linear: Projection = plain_linear,
                  qk_init_scale: float = 1.0):
         super().__init__()
-        self.qk_init_scale = qk_init_scale
+
         self.n_heads = n_heads
         self.n_kv_heads = n_kv_heads or n_heads
         self.head_dim = d_model // n_heads
@@ -38,20 +38,12 @@ class SelfAttention(nn.Module):
         # Q and K stay plain: a scale on them would scale the attention logits (no reference model does).
         self.q_proj = nn.Linear(d_model, n_heads * self.head_dim, bias=bias)
         self.k_proj = nn.Linear(d_model, self.n_kv_heads * self.head_dim, bias=bias)
+        for proj in (self.q_proj, self.k_proj):  # read by init_weights: the frozen scores' spread
+            proj.init_std_scale = qk_init_scale
         self.v_proj = linear(d_model, self.n_kv_heads * self.head_dim, bias)
         self.o_proj = linear(n_heads * self.head_dim, d_model, bias)
         self.rope = rope
         self.pattern = HookPoint()
-
-    def init_parameters(self, std: float, generator: torch.Generator) -> None:
-        """Weights Normal(0, std), Q and K at std * qk_init_scale; biases zero. The same draws,
-        in the same order, as the default initialisation when the scale is 1."""
-        with torch.no_grad():
-            for proj in (self.q_proj, self.k_proj, self.v_proj, self.o_proj):
-                scale = self.qk_init_scale if proj is self.q_proj or proj is self.k_proj else 1.0
-                proj.weight.normal_(0.0, std * scale, generator=generator)
-                if proj.bias is not None:
-                    proj.bias.zero_()
 
     def forward(self, x: torch.Tensor, cache: LayerCache | None = None) -> torch.Tensor:
         """x: (B, T, d_model) -> (B, T, d_model). With `cache`, x holds the tokens after the

@@ -9,7 +9,8 @@ from torch import nn
 def init_weights(model: nn.Module, std: float, generator: torch.Generator) -> None:
     """Set every parameter of `model` from `generator`, in module order:
 
-    - linear and embedding weights Normal(0, std), their biases zero, an embedding's
+    - linear and embedding weights Normal(0, std) (std x the module's `init_std_scale`
+      where it sets one), their biases zero, an embedding's
       `padding_idx` row zero (it never receives a gradient either), RMSNorm gains one;
     - a module with its own scheme defines `init_parameters(std, generator)`, and its
       children are left to it;
@@ -30,7 +31,7 @@ def init_weights(model: nn.Module, std: float, generator: torch.Generator) -> No
             continue
         with torch.no_grad():
             if isinstance(module, (nn.Linear, nn.Embedding)):
-                module.weight.normal_(0.0, std, generator=generator)
+                module.weight.normal_(0.0, std * getattr(module, "init_std_scale", 1.0), generator=generator)
                 if getattr(module, "bias", None) is not None:
                     module.bias.zero_()
                 if getattr(module, "padding_idx", None) is not None:  # nn.Embedding's own rule
