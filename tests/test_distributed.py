@@ -3,6 +3,7 @@
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from modformer.api import train_run
@@ -31,6 +32,7 @@ def last_weights(out):
     return read_checkpoint(list_checkpoints(out / "checkpoints")[-1][1]).model
 
 
+@pytest.mark.slow  # two processes that each start torch and train: ~40 s on 2 cores; CI runs it (.ci/run)
 def test_two_gloo_processes_match_one_process_and_rank_0_speaks_for_both(tmp_path):
     # The one process is this one (a process start costs seconds of imports).
     train_run(load_config("configs/tasks/addition.yaml", OVERRIDES), tmp_path / "one", echo=lambda m: None)

@@ -37,6 +37,7 @@ def records(run: Path) -> list[dict]:
     return [{k: v for k, v in r.items() if k != "tokens_per_s"} for r in read_records(run / "metrics.jsonl")]
 
 
+@pytest.mark.slow  # a training in a subprocess and two more in this one: ~25 s; CI runs it (.ci/run)
 def test_a_second_training_of_a_folder_in_training_refuses_and_writes_nothing(tmp_path, capsys):
     out = tmp_path / "run"
     first = subprocess.Popen([sys.executable, "-m", "modformer.cli", "train", "configs/retrieval.yaml", "--out",

@@ -186,6 +186,7 @@ def test_report_lists_variants_and_grid_points_in_the_sweeps_order():
                                            for s in (200, 800, 3200) for lr in (0.01, 0.003)]
 
 
+@pytest.mark.slow  # a whole sweep of subprocesses, interrupted and run again: over a minute; CI runs it (.ci/run)
 def test_interrupted_sweep_stops_its_runs_and_continues_later(tmp_path):
     """SIGINT to a sweep started in the background (SIGINT ignored, as nohup leaves it):
     the running trainings save and stop, nothing new starts, and the same command finishes."""

@@ -79,6 +79,7 @@ def cheap_compile(monkeypatch):
     return compiled
 
 
+@pytest.mark.slow  # torch.compile of a training and of its resume: ~25 s; CI runs it (.ci/run)
 def test_compiled_run_saves_the_plain_names_and_resumes(tiny_config, tmp_path, cheap_compile):
     run(tiny_config(*SHORT), tmp_path / "plain")
     run(tiny_config(*SHORT, "train.compile=true"), tmp_path / "compiled")

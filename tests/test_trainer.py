@@ -136,7 +136,9 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tiny_config, t
 
 def test_bf16_autocast_trains(tiny_config, tmp_path):
     # Small held-out sets: evaluation in emulated bf16 (CPUs without it) is most of the time.
-    cfg = tiny_config("train.precision=bf16", "task.test_size=100", "task.validation_size=50")
+    # A width-32 model of one layer: emulated bf16 matmuls cost ~20x fp32's.
+    cfg = tiny_config("train.precision=bf16", "task.test_size=100", "task.validation_size=50", "model.d_model=32",
+                      "model.n_layers=1", "model.n_heads=2", "train.batch_size=16")
     run(cfg, tmp_path / "r")
     losses = [r["loss"] for r in read_records(tmp_path / "r" / "metrics.jsonl") if r["kind"] == "train"]
     assert all(map(lambda x: x == x, losses)) and losses[-1] < losses[0]

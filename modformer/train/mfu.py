@@ -19,29 +19,40 @@ from ..model.config import ModelConfig
 
 
 def matmul_peak(precision: str, size: int = 2048, repeats: int = 5,
-                device: torch.device | str = "cpu") -> float:
-    """FLOP/s of a (size, size) @ (size, size) multiply in float32 or bf16, best of `repeats`."""
+                device: torch.device | str = "cpu", seconds: float | None = None) -> float:
+    """FLOP/s of a (size, size) @ (size, size) multiply in float32 or bf16, best of `repeats`.
+
+    `seconds`: at most about this long a multiply. The size then shrinks (to a multiple of 64,
+    at least 128) where the hardware is slower than that: bf16 on a CPU without it is emulated
+    at ~1/20 of float32's speed, and a 1024 multiply there took 7 s where float32 took 0.05."""
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
     device = torch.device(device)
+    if seconds is not None:
+        probe = 128
+        a = torch.randn(probe, probe, dtype=dtype, device=device)
+        a @ a  # warms the kernels
+        rate = 2 * probe ** 3 / max(_timed_multiply(a, a, device), 1e-9)
+        size = min(size, max(probe, int((seconds * rate / 2) ** (1 / 3)) // 64 * 64))
     a = torch.randn(size, size, dtype=dtype, device=device)
     b = torch.randn(size, size, dtype=dtype, device=device)
+    _timed_multiply(a, b, device)  # the first multiply allocates and warms the kernels
+    return 2 * size ** 3 / min(_timed_multiply(a, b, device) for _ in range(repeats))
 
-    def timed() -> float:
-        if device.type == "cuda":
-            start = time.perf_counter()
-            a @ b
-            torch.cuda.synchronize(device)
-            return time.perf_counter() - start
-        # The CPU time of the process over its threads, not the wall time: another process on
-        # the same cores (a sweep's other workers) would otherwise lower the peak measured and
-        # raise every MFU; its cost shows instead in the run's tokens/s, which is wall time.
-        start_wall, start_cpu = time.perf_counter(), time.process_time()
+
+def _timed_multiply(a: torch.Tensor, b: torch.Tensor, device: torch.device) -> float:
+    """Seconds of one `a @ b`."""
+    if device.type == "cuda":
+        start = time.perf_counter()
         a @ b
-        wall, cpu = time.perf_counter() - start_wall, time.process_time() - start_cpu
-        return min(wall, cpu / torch.get_num_threads())
-
-    timed()  # the first multiply allocates and warms the kernels
-    return 2 * size ** 3 / min(timed() for _ in range(repeats))
+        torch.cuda.synchronize(device)
+        return time.perf_counter() - start
+    # The CPU time of the process over its threads, not the wall time: another process on the
+    # same cores (a sweep's other workers) would otherwise lower the peak measured and raise
+    # every MFU; its cost shows instead in the run's tokens/s, which is wall time.
+    start_wall, start_cpu = time.perf_counter(), time.process_time()
+    a @ b
+    wall, cpu = time.perf_counter() - start_wall, time.process_time() - start_cpu
+    return min(wall, cpu / torch.get_num_threads())
 
 
 def training_flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
@@ -55,9 +66,10 @@ def training_flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
 def utilisation(cfg: ModelConfig, seq_len: int, tokens_per_s: float, precision: str,
                 device: torch.device, processes: int = 1) -> dict[str, float]:
     """What a run's summary records: FLOPs per token, the peak measured now (per process,
-    a smaller multiply than `modformer bench`'s so that every run can afford it) and the
+    a smaller multiply than `modformer bench`'s, and smaller still where one would take over
+    50 ms, so that every run can afford it) and the
     MFU of `tokens_per_s` (tokens of all `processes` together) against that peak."""
     flops = training_flops_per_token(cfg, seq_len)
-    peak = matmul_peak(precision, size=1024, repeats=3, device=device)
+    peak = matmul_peak(precision, size=1024, repeats=3, device=device, seconds=0.05)
     return {"flops_per_token": flops, "seq_len": seq_len, "matmul_peak_gflops": peak / 1e9,
             "mfu": tokens_per_s * flops / (peak * processes)}
