@@ -25,6 +25,7 @@ from .knowledge.convert import convert
 from .pretrained_kb.command import add_kb_pretrained_command
 from .registry import FFNS, MIXERS, TASKS, VARIANTS
 from .sweep.curve import write_curve
+from .sweep.quote import add_quote_command
 from .sweep.report import summary_sections, write_report
 from .sweep.slurm_config import LAUNCHERS, SlurmConfig
 from .sweep.spec import SweepConfig
@@ -224,6 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
     cv.add_argument("--metric", default="accuracy",
                     help="the test metric on the y axis, as the runs' summaries name it (e.g. loss)")
     cv.set_defaults(func=cmd_curve)
+    add_quote_command(sub)
 
     add_signal_command(sub)
     add_usage_command(sub)

@@ -1,0 +1,184 @@
+"""Figures quoted in a Markdown file, recomputed from the sweep records beside it.
+
+A quoted figure is written between two HTML comments, which Markdown does not show:
+
+    <!--q retrieval_budget mixit train.steps=3200 test.accuracy %1 ci-->33.9% ± 5.0 [21.5, 46.2]<!--/q-->
+
+The opening comment names what the figure is: a sweep folder (relative to the Markdown
+file), a variant, any grid values that pick one point of its grid, a metric (a dotted path
+into each run's `summary.json`, e.g. `test.accuracy` or `test.slices.n_pairs.3.accuracy`;
+or `induction.max`, the strongest head's induction score at the run's last evaluation, from
+its `metrics.jsonl`), and how to write it:
+
+- `%N`: a percentage with N decimals (`33.9% ± 5.0`: the mean and the standard deviation
+  over seeds, in points); `.N`: a plain number with N decimals (`5.568 ± 0.097`);
+- then, optionally, `ci` (the 95% t interval after it, clipped to the metric's range),
+  `mean` (the mean alone), `seeds` (each seed's value, in seed order) or `n` (the number
+  of runs).
+
+`modformer quote FILE` rewrites every quoted figure from the records; `--check` changes
+nothing and fails naming each figure that the records no longer give, so that a figure in
+a results README can be neither typed nor stale. The points a figure pools must be seeds of
+one setting: a filter that leaves two grid points is refused (their mean would be no
+setting's), as is a point that no finished run has.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..errors import ModformerError
+from ..files import atomic_write_text
+from ..stats import metric_bounds, summarize
+from ..train.records import read_records
+from .runner import read_results
+
+QUOTE = re.compile(r"<!--q (?P<spec>[^>]*?)-->(?P<value>.*?)<!--/q-->", re.S)
+FLAGS = {"ci", "mean", "seeds", "n"}
+
+
+def _parse_value(text: str) -> Any:
+    return yaml.safe_load(text)
+
+
+def _metric(run: dict[str, Any], path: str, folder: Path) -> float:
+    """One run's value of a metric: a dotted path into its summary, or `induction.max`."""
+    run_id, value = run["run_id"], run["summary"]
+    if path == "induction.max":
+        scores = [r["scores"] for r in read_records(folder / run["run_dir"] / "metrics.jsonl")
+                  if r["kind"] == "induction"]
+        if not scores:
+            raise ModformerError(f"run {run_id} logged no induction scores (train.induction_scores)")
+        return max(max(row) for row in scores[-1])
+    for key in path.split("."):
+        if not isinstance(value, dict) or key not in value:
+            raise ModformerError(f"run {run_id} records no '{path}' in its summary")
+        value = value[key]
+    if not isinstance(value, (int, float)):
+        raise ModformerError(f"'{path}' of run {run_id} is not a number")
+    return float(value)
+
+
+class Records:
+    """The finished runs of the sweep folders that a file quotes, each folder read once."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self._runs: dict[str, list[dict[str, Any]]] = {}
+
+    def runs(self, folder: str, variant: str, where: dict[str, Any]) -> list[dict[str, Any]]:
+        """The seeds of one setting: the finished runs of `variant` in `folder` whose grid
+        point has the `where` values, refused where they hold two points or none."""
+        if folder not in self._runs:
+            path = self.root / folder
+            if not (path / "results.jsonl").is_file():
+                raise ModformerError(f"{path} holds no sweep records (results.jsonl)")
+            self._runs[folder] = [r for r in read_results(path).values() if r["status"] == "done"]
+        runs = [r for r in self._runs[folder] if r["variant"] == variant
+                and all(r["point"].get(k) == v for k, v in where.items())]
+        points = sorted({repr(sorted(r["point"].items())) for r in runs})
+        if not runs:
+            raise ModformerError(f"{folder} has no finished run of {variant} at {where or 'any point'}")
+        if len(points) > 1:
+            raise ModformerError(f"{folder}: {variant} at {where or 'any point'} holds {len(points)} grid points "
+                                 f"({'; '.join(points)}); name the point's values")
+        return sorted(runs, key=lambda r: r["seed"])
+
+
+def _figure(values: list[float], kind: str, digits: int, flag: str | None, metric: str) -> str:
+    scale, unit = (100.0, "%") if kind == "%" else (1.0, "")
+    s = summarize(values)
+    number = f"{s.mean * scale:.{digits}f}{unit}"
+    if flag == "mean":
+        return number
+    if flag == "seeds":
+        return ", ".join(f"{v * scale:.{digits}f}{unit}" for v in values)
+    if s.n < 2:
+        return f"{number} (one run)"
+    text = f"{number} ± {s.std * scale:.{digits}f}"
+    if flag == "ci":
+        bounds = metric_bounds(metric.rsplit(".", 1)[-1])
+        low, high = (s.low, s.high) if bounds is None else (max(s.low, bounds[0]), min(s.high, bounds[1]))
+        text += f" [{low * scale:.{digits}f}, {high * scale:.{digits}f}]"
+    return text
+
+
+def render(spec: str, records: Records) -> str:
+    """The text of one quoted figure (the grammar in the module docstring)."""
+    try:
+        words = shlex.split(spec)
+    except ValueError as e:
+        raise ModformerError(f"quote '{spec}': {e}") from None
+    if len(words) < 4:
+        raise ModformerError(f"quote '{spec}': expected FOLDER VARIANT [KEY=VALUE ...] METRIC FORMAT [FLAG]")
+    folder, variant, *rest = words
+    where = {}
+    while rest and "=" in rest[0]:
+        key, value = rest.pop(0).split("=", 1)
+        where[key] = _parse_value(value)
+    if len(rest) not in (2, 3) or not re.fullmatch(r"[%.]\d", rest[1]):
+        raise ModformerError(f"quote '{spec}': expected METRIC then %N or .N then at most one flag "
+                             f"({', '.join(sorted(FLAGS))})")
+    metric, fmt, flag = rest[0], rest[1], rest[2] if len(rest) == 3 else None
+    runs = records.runs(folder, variant, where)
+    folder_path = records.root / folder
+    values = [_metric(r, metric, folder_path) for r in runs]
+    if flag is not None and flag not in FLAGS:
+        raise ModformerError(f"quote '{spec}': unknown flag '{flag}' (known: {', '.join(sorted(FLAGS))})")
+    if flag == "n":
+        return str(len(values))
+    return _figure(values, fmt[0], int(fmt[1]), flag, metric)
+
+
+def quote_file(path: str | Path, check: bool = False) -> list[str]:
+    """Rewrite the quoted figures of a Markdown file from its records (or, with `check`, only
+    compare); returns one line per figure that changed: 'line N: OLD -> NEW (SPEC)'."""
+    path = Path(path)
+    if not path.is_file():
+        raise ModformerError(f"{path} does not exist")
+    text = path.read_text()
+    records = Records(path.parent)
+    changes: list[str] = []
+
+    def replace(match: re.Match) -> str:
+        spec, old = match["spec"].strip(), match["value"]
+        new = render(spec, records)
+        if new != old:
+            line = text.count("\n", 0, match.start()) + 1
+            changes.append(f"line {line}: {old!r} -> {new!r} ({spec})")
+        return f"<!--q {spec}-->{new}<!--/q-->"
+
+    new_text = QUOTE.sub(replace, text)
+    if not QUOTE.search(text):
+        raise ModformerError(f"{path} quotes no figure (no <!--q ...--> ... <!--/q--> in it)")
+    if changes and not check:
+        atomic_write_text(path, new_text)
+    return changes
+
+
+def cmd_quote(args: argparse.Namespace) -> int:
+    changes = quote_file(args.file, check=args.check)
+    for line in changes:
+        print(line)
+    if args.check and changes:
+        raise ModformerError(f"{len(changes)} figure(s) of {args.file} differ from their records; "
+                             f"run `modformer quote {args.file}`")
+    print(f"{args.file}: {len(changes)} figure(s) {'would change' if args.check else 'rewritten'}"
+          if changes else f"{args.file}: every quoted figure matches its records")
+    return 0
+
+
+def add_quote_command(sub: argparse._SubParsersAction) -> None:
+    qt = sub.add_parser("quote", help="recompute the figures a Markdown file quotes from its sweep records",
+                        description=__doc__.split("\n\n")[0] + " Every <!--q SPEC-->VALUE<!--/q--> is rewritten "
+                        "from the records SPEC names (see modformer.sweep.quote).")
+    qt.add_argument("file", help="a Markdown file, e.g. results/random_attention/README.md")
+    qt.add_argument("--check", action="store_true",
+                    help="change nothing; exit 2 naming each figure its records no longer give")
+    qt.set_defaults(func=cmd_quote)

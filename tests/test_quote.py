@@ -1,0 +1,96 @@
+"""Quoted figures (`modformer quote`): recomputed from sweep records, never typed or stale."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from modformer.cli import main
+from modformer.errors import ModformerError
+from modformer.sweep.quote import quote_file
+
+ROOT = Path(__file__).parent.parent
+
+
+def sweep_folder(root: Path, runs) -> Path:
+    """A sweep folder of finished runs (variant, lr, seed, accuracy, induction scores), as a sweep leaves them."""
+    out = root / "sweep"
+    lines = []
+    for variant, lr, seed, accuracy, scores in runs:
+        run_id = f"{variant}/train.lr={lr}/seed{seed}"
+        (out / "runs" / run_id).mkdir(parents=True)
+        records = [{"kind": "induction", "step": 1, "scores": [[0.1, 0.2]]},
+                   {"kind": "induction", "step": 2, "scores": scores}]
+        (out / "runs" / run_id / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        lines.append({"run_id": run_id, "variant": variant, "point": {"train.lr": lr}, "seed": seed, "status": "done",
+                      "run_dir": f"runs/{run_id}",
+                      "summary": {"test": {"accuracy": accuracy, "loss": 1 - accuracy,
+                                           "slices": {"n_pairs": {"1": {"accuracy": 1.0}}}}}})
+    (out / "results.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return out
+
+
+RUNS = [("standard", 0.003, s, a, [[0.5, 0.9 - s / 10]]) for s, a in enumerate([0.90, 0.92, 0.97])] + \
+       [("standard", 0.01, s, 0.5, [[0.1, 0.1]]) for s in range(3)] + \
+       [("mixit", 0.003, 0, 0.011, [[0.0, 0.0]])]
+
+
+def quoted(spec: str, value: str = "?") -> str:
+    return f"<!--q {spec}-->{value}<!--/q-->"
+
+
+def test_quoted_figures_are_rewritten_from_the_records_and_checked(tmp_path, capsys):
+    sweep_folder(tmp_path, RUNS)
+    page = tmp_path / "README.md"
+    page.write_text(f"| {quoted('sweep standard train.lr=0.003 test.accuracy %1 ci')} |\n"
+                    f"seeds {quoted('sweep standard train.lr=0.003 test.accuracy %0 seeds')}; "
+                    f"{quoted('sweep standard train.lr=0.003 test.loss .3 mean')}; "
+                    f"{quoted('sweep standard train.lr=0.003 test.accuracy %1 n')} runs; "
+                    f"one pair {quoted('sweep standard train.lr=0.01 test.slices.n_pairs.1.accuracy %0 mean')}; "
+                    f"head {quoted('sweep standard train.lr=0.003 induction.max .2 seeds')}; "
+                    f"one run {quoted('sweep mixit test.accuracy %2')}\n")
+    assert len(quote_file(page)) == 7
+    text = page.read_text()
+    # mean 93.0, sample std 3.61, t(2) interval 93.0 +- 8.96, clipped to accuracy's 100%
+    assert quoted("sweep standard train.lr=0.003 test.accuracy %1 ci", "93.0% ± 3.6 [84.0, 100.0]") in text
+    assert ">90%, 92%, 97%<" in text and ">0.070<" in text and ">3<" in text and ">100%<" in text
+    assert ">0.90, 0.80, 0.70<" in text  # the strongest head at each run's last evaluation, seed order
+    assert ">1.10% (one run)<" in text
+    assert quote_file(page, check=True) == []
+    assert main(["quote", str(page), "--check"]) == 0
+
+    page.write_text(text.replace("93.0% ± 3.6", "93.1% ± 3.6"))  # a typed (or stale) figure
+    assert main(["quote", str(page), "--check"]) == 2
+    out, err = capsys.readouterr()
+    assert "line 1: '93.1% ± 3.6 [84.0, 100.0]' -> '93.0% ± 3.6 [84.0, 100.0]'" in out
+    assert "1 figure(s)" in err and "93.1%" in page.read_text()  # --check changed nothing
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("sweep standard test.accuracy %1", "holds 2 grid points"),  # two settings pooled as seeds: refused
+    ("sweep frozen_qk test.accuracy %1", "no finished run of frozen_qk"),
+    ("other standard test.accuracy %1", "holds no sweep records"),
+    ("sweep standard train.lr=0.003 test.bits %1", "records no 'test.bits'"),
+    ("sweep standard train.lr=0.003 test.accuracy %1 best", "unknown flag 'best'"),
+    ("sweep standard train.lr=0.003 test.accuracy 1", "expected METRIC then %N or .N"),
+])
+def test_a_quote_that_names_no_one_setting_is_refused(tmp_path, spec, message):
+    sweep_folder(tmp_path, RUNS)
+    page = tmp_path / "README.md"
+    page.write_text(quoted(spec))
+    with pytest.raises(ModformerError, match=message):
+        quote_file(page)
+    assert page.read_text() == quoted(spec)
+
+
+def test_a_file_without_quotes_or_missing_is_refused(tmp_path):
+    (tmp_path / "plain.md").write_text("no figures\n")
+    with pytest.raises(ModformerError, match="quotes no figure"):
+        quote_file(tmp_path / "plain.md")
+    assert main(["quote", str(tmp_path / "missing.md")]) == 2
+
+
+def test_the_committed_results_quote_their_records_exactly():
+    """Every figure quoted in the random-attention results README is what its records give now."""
+    page = ROOT / "results" / "random_attention" / "README.md"
+    assert quote_file(page, check=True) == []
