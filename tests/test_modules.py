@@ -158,6 +158,9 @@ def test_experiment_runs_reports_and_continues_without_redoing_runs(tiny_teacher
     assert all(0 <= r["held_out_exact"] <= 1 and len(r["held_out_answers"]) == len(split["held_out"]) for r in results)
     report = write_modules_report(out).read_text()
     assert "| teacher | 1 |" in report and "| leaky | 1 |" in report and "leaky - causal" in report
+    from modformer.version import code_version, machine
+    assert all(r["code_version"] == code_version() and r["machine"] == machine() for r in results)
+    assert f"Code: {code_version()}; machine: {machine()}." in report  # what made the figures, named
     assert not list(out.glob("runs/*/*/checkpoint.safetensors"))  # finished runs keep no checkpoint
     done = (out / "runs" / "teacher" / "seed_0" / "summary.json").stat().st_mtime_ns
     more = ModulesExperiment(tiny_config(tiny_teacher, "arms=[teacher]", "seeds=[0,1]"), out, echo=lambda *_: None).run()

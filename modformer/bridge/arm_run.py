@@ -33,6 +33,7 @@ from ..train.checkpoint import read_checkpoint, save_checkpoint
 from ..train.loop import TrainingLoop, resolve_device
 from ..train.optim import build_optimizer
 from ..variants import build_model
+from ..version import code_version, machine
 from .arms import ARMS, Arm
 from .dataset import Batch, ModulesData, Rows
 from .generation import generate
@@ -301,4 +302,9 @@ def run_arm(cfg: ModulesConfig, arm: Arm, seed: int, data: ModulesData, teacher:
                                      if p.requires_grad and not n.startswith("bridges.")),
                       "names": trainable},
         "seconds": time.perf_counter() - started,
+        # What made the figures, as a training run's summary records it: a figure is only as
+        # good as the commit and the machine that can be named for it.
+        "code_version": code_version(),
+        "machine": machine(),
+        "torch": torch.__version__,
     }

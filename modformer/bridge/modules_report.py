@@ -67,6 +67,13 @@ def _student(cfg: dict[str, Any]) -> str:
     return f"{what}, reading with {reads}"
 
 
+def _distinct(runs: list[dict[str, Any]], key: str) -> str:
+    """The values of `key` over the runs, each once ("not recorded" for runs from before
+    summaries held it)."""
+    values = sorted({str(r.get(key, "not recorded")) for r in runs})
+    return ", ".join(values)
+
+
 def write_modules_report(out: str | Path) -> Path:
     out = Path(out)
     cfg = yaml.safe_load((out / "config.yaml").read_text())
@@ -93,6 +100,8 @@ def write_modules_report(out: str | Path) -> Path:
                      f"{_cell(runs, 'held_out_answer_loss', POSITIVE)} | {_cell(runs, 'train_loss', POSITIVE)} | "
                      f"{t['student']:,} + {t['bridge']:,} |")
     lines += ["", *(f"- **{a}**: {ARMS[a].description}" for a in arms if a in ARMS)]
+    runs = [r for a in arms for r in by_arm[a]]
+    lines += ["", f"Code: {_distinct(runs, 'code_version')}; machine: {_distinct(runs, 'machine')}."]
     if "teacher" in by_arm and "random_teacher" in by_arm:
         real, noise = by_arm["teacher"], by_arm["random_teacher"]
         lines += ["", "## The decisive control: real teacher against random teacher (paired by seed)", "",
