@@ -18,7 +18,7 @@ from __future__ import annotations
 import copy
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from .config import RunConfig, config_from_dict, load_config
 from .configtools import apply_override
@@ -69,12 +69,13 @@ def evaluate_run(path: str | Path, *overrides: str) -> dict[str, Any]:
 
 def sweep(config_path: str | Path, out: str | Path, *overrides: str, workers: int | None = None,
           launcher: str | None = None, slurm: Mapping[str, Any] | None = None, wait: bool = False,
-          echo=None) -> Path | None:
+          profiles: Sequence[str] = (), echo=None) -> Path | None:
     """Run (or continue) the sweep of a config with a `sweep` section into `out`, as
-    `modformer sweep`; returns the path of its Markdown report. `launcher` and `slurm`
+    `modformer sweep`; returns the path of its Markdown report. `profiles`: the file's named
+    profiles to apply, in order, before `overrides` (e.g. ["budget"]). `launcher` and `slurm`
     (keys of sweep.slurm) override the file's; with launcher slurm the runs are submitted as
     one job array and, unless `wait`, None is returned at once (submit again to gather)."""
-    spec = load_sweep(config_path, overrides)
+    spec = load_sweep(config_path, overrides, profiles)
     if workers is not None:
         spec.spec.workers = workers
     if launcher is not None:

@@ -92,10 +92,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         return 0
     if not args.config:
         raise ModformerError("name a sweep config (modformer sweep CONFIG), or a sweep directory with --status DIR")
-    out = Path(args.out) if args.out else Path("runs") / "sweeps" / Path(args.config).stem
+    name = "-".join([Path(args.config).stem, *args.profile])
+    out = Path(args.out) if args.out else Path("runs") / "sweeps" / name
     slurm = {key: getattr(args, key) for key in SLURM_OPTIONS if getattr(args, key) is not None}
     path = api.sweep(args.config, out, *args.overrides, workers=args.workers, launcher=args.launcher,
-                     slurm=slurm, wait=args.wait)
+                     slurm=slurm, wait=args.wait, profiles=args.profile)
     if path is None:  # submitted to Slurm, not followed
         print(f"submitted: {out}")
         return 0
@@ -191,7 +192,10 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_sweep_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     sw.add_argument("config", nargs="?", help="YAML run config plus a `sweep` section")
     sw.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. sweep.seeds=[0,1,2]")
-    sw.add_argument("--out", help="sweep directory (default: runs/sweeps/<config name>)")
+    sw.add_argument("--profile", action="append", default=[], metavar="NAME",
+                    help="apply the config's profile NAME (its `profiles` section: the experiment at another "
+                         "budget or scale, e.g. budget, paper) before the overrides; repeatable")
+    sw.add_argument("--out", help="sweep directory (default: runs/sweeps/<config name>[-<profile>])")
     sw.add_argument("--workers", type=int, help="runs at once (overrides sweep.workers)")
     sw.add_argument("--status", metavar="DIR", help="say which runs of the sweep in DIR are done, queued, running, "
                                                     "unknown (Slurm cannot say), failed or cancelled, and stop")

@@ -132,3 +132,10 @@ def test_teacher_cache_command(tmp_path):
     assert all(r["ratio"] > 0 for r in rows) and "| 2 | 2 |" in result.stdout
     assert "tokens/s in float32" in result.stdout and "`precision: auto` runs" in result.stdout
     assert_clean_error(modformer("bench", "teacher-cache", "--rows", "0"), "sizes must be positive")
+
+
+def test_a_bench_config_is_a_sweep_files_base_without_its_profiles():
+    from modformer.bench.data import load_bench_config
+
+    cfg = load_bench_config("configs/experiments/random_attention/retrieval.yaml", ["train.batch_size=8"], "mixit")
+    assert (cfg.model.d_model, cfg.model.variant, cfg.train.batch_size) == (64, "mixit", 8)

@@ -82,9 +82,10 @@ def test_every_shipped_config_loads(path):
 
         load_modules_config(path)
     elif "sweep" in data:
-        sweep = load_sweep(path)
-        for run in sweep.runs():
-            assert run.config.model.variant in sweep.spec.variants
+        for profiles in ([], *([name] for name in data.get("profiles", {}))):  # the file and each profile
+            sweep = load_sweep(path, profiles=profiles)
+            for run in sweep.runs():
+                assert run.config.model.variant in sweep.spec.variants
     else:
         load_config(path)
 

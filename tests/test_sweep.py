@@ -3,6 +3,7 @@ import json
 import pytest
 import yaml
 
+from modformer.cli import main
 from modformer.errors import ConfigError, ModformerError
 from modformer.sweep.report import write_report
 from modformer.sweep.runner import SweepRunner, read_results
@@ -212,7 +213,6 @@ def test_interrupted_sweep_stops_its_runs_and_continues_later(tmp_path):
     assert "start  standard/default/seed2" not in err  # nothing started after the signal
     assert len(read_results(out)) < 3
     # The same command again, in this process (its start is not under test): it finishes.
-    from modformer.cli import main
     assert main(cmd[3:]) == 0
     assert len(read_results(out)) == 3
 
@@ -277,3 +277,21 @@ def test_a_curve_gathers_the_matching_runs_of_several_sweeps(tmp_path):
     again = sweep_folder("again", [("standard", 800, 0.003, s, 0.9) for s in range(2)])
     with pytest.raises(ModformerError, match="hold seed 0 more than once .from again, later."):
         curve_points([later, again])
+
+
+def test_a_profile_sets_its_keys_before_the_overrides_and_an_unknown_one_is_refused(tmp_path, capsys):
+    data = {**SWEEP, "profiles": {"budget": {"train.lr": 0.003, "sweep.grid": {"train.steps": [4, 8]}},
+                                  "wide": {"model.d_model": 64}}}
+    path = write(tmp_path, data)
+    plain = load_sweep(path)
+    assert plain.spec.grid == {"train.lr": [0.001, 0.01]} and plain.runs()[0].config.model.d_model == 32
+    sweep = load_sweep(path, ["train.steps=5", "sweep.grid={train.steps: [6]}"], ["budget", "wide"])
+    assert sweep.spec.grid == {"train.steps": [6]}  # the override comes after the profile
+    assert {(r.config.train.lr, r.config.train.steps, r.config.model.d_model) for r in sweep.runs()} == {(0.003, 6, 64)}
+    with pytest.raises(ConfigError, match=r"has no profile 'paper' \(its profiles: budget, wide\)"):
+        load_sweep(path, profiles=["paper"])
+    assert main(["sweep", str(path), "--profile", "paper", "--out", str(tmp_path / "out")]) == 2
+    assert "no profile 'paper'" in capsys.readouterr().err and not (tmp_path / "out").exists()
+    path.write_text(yaml.safe_dump({**SWEEP, "profiles": {"budget": [1, 2]}}))
+    with pytest.raises(ConfigError, match="'profiles' must map each profile's name to its dotted keys"):
+        load_sweep(path)

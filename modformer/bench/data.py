@@ -39,9 +39,10 @@ class DataRow:
 
 
 def load_bench_config(path: str | Path, overrides: Sequence[str] = (), variant: str | None = None) -> RunConfig:
-    """A run config from a run or sweep file; `variant` sets model.variant."""
+    """A run config from a run or sweep file (its base: no profile); `variant` sets model.variant."""
     data = read_yaml(path)
     data.pop("sweep", None)
+    data.pop("profiles", None)
     if variant is not None:
         data.setdefault("model", {})["variant"] = variant
     for assignment in overrides:

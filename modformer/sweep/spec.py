@@ -122,8 +122,32 @@ class Sweep:
         return {**copy.deepcopy(self.base), "sweep": to_dict(self.spec)}
 
 
-def load_sweep(path: str | Path, overrides: Sequence[str] = ()) -> Sweep:
+def apply_profiles(data: dict[str, Any], profiles: Sequence[str], path: str | Path) -> None:
+    """Apply the named profiles of a sweep file, in order, and drop its `profiles` section.
+
+    A profile is one experiment at another scale or budget, as dotted keys and their values::
+
+        profiles:
+          budget:    # the same model and task at 1x, 4x and 16x the steps
+            train.lr: 3.0e-3
+            sweep.grid: {train.steps: [200, 800, 3200]}
+
+    so that one file holds an experiment and every scale it is run at (command-line
+    overrides come after the profiles)."""
+    available = data.pop("profiles", None) or {}
+    if not isinstance(available, dict) or not all(isinstance(v, dict) for v in available.values()):
+        raise ConfigError(f"{path}: 'profiles' must map each profile's name to its dotted keys and values")
+    for name in profiles:
+        if name not in available:
+            known = ", ".join(sorted(available)) or "none"
+            raise ConfigError(f"{path} has no profile '{name}' (its profiles: {known})")
+        for key, value in available[name].items():
+            set_dotted(data, str(key), copy.deepcopy(value), f"profile '{name}' of {path}")
+
+
+def load_sweep(path: str | Path, overrides: Sequence[str] = (), profiles: Sequence[str] = ()) -> Sweep:
     data = read_yaml(path)
+    apply_profiles(data, profiles, path)
     for assignment in overrides:
         apply_override(data, assignment)
     if data.get("sweep") is None:
