@@ -20,7 +20,7 @@ import torch
 import yaml
 
 from ..analysis.induction import induction_scores, plot_induction_scores
-from ..config import RunConfig, config_from_dict
+from ..config import RunConfig, config_from_dict, part_versions
 from ..configtools import flatten
 from ..construction import budget, construction_label
 from ..errors import CheckpointError, ConfigError, Interrupted, ModformerError
@@ -38,6 +38,7 @@ from .loop import TrainingLoop, resolve_device
 from .mfu import utilisation
 from .optim import build_optimizer, schedule_description
 from .plots import plot_training_curves
+from .preflight import induction_half_len, preflight
 from .records import MetricsLog, NullMetricsLog
 from .tracking import RunInfo, check_installed, open_trackers
 
@@ -107,7 +108,8 @@ class Trainer(TrainingLoop):
         info_path = self.run_dir / "run.json"
         starts = json.loads(info_path.read_text()).get("starts", []) if self.resume and info_path.exists() else []
         starts.append({"command": self.command, "code_version": code_version(), "torch": torch.__version__,
-                       "machine": machine(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+                       "machine": machine(), "parts": part_versions(self.cfg),
+                       "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
         atomic_write_text(info_path, json.dumps({"starts": starts}, indent=2) + "\n")
 
     def _on_main(self, step: Callable[[], Any]) -> None:
@@ -204,6 +206,8 @@ class Trainer(TrainingLoop):
             source = checkpoint_file(Path(tc.init_from))
             load_model_state(self.model, {k: v.to(self.device) for k, v in read_checkpoint(source).model.items()},
                              source)
+        # Every part probed, and every analysis asked for checked, before anything is written.
+        preflight(cfg, self.model, self.task.seq_len, self.task.vocab_size, self.echo)
         # The held-out sets are drawn before timing starts, and before the run directory: data
         # that cannot be read (a text source offline, say) leaves no run behind.
         self.task.test_set()
@@ -326,8 +330,8 @@ class Trainer(TrainingLoop):
 
     def _induction(self) -> torch.Tensor:
         """(n_layers, n_heads) induction scores on the same random tokens at every call."""
-        half_len = min(self.model.max_seq_len // 2, 64)
-        return induction_scores(self.model, vocab_size=self.task.vocab_size, half_len=half_len, batch=32,
+        return induction_scores(self.model, vocab_size=self.task.vocab_size,
+                                half_len=induction_half_len(self.model.max_seq_len), batch=32,
                                 generator=torch.Generator(self.device).manual_seed(self.cfg.train.seed))
 
     def _plot(self) -> None:
