@@ -29,6 +29,7 @@ from .sweep.runner import SweepRunner
 from .sweep.slurm import SlurmLauncher, live_runs
 from .sweep.spec import load_sweep
 from .train.trainer import Trainer
+from .variants.base import model_label
 
 __all__ = ["config", "evaluate_run", "load_run", "sweep", "train_run"]
 
@@ -63,7 +64,8 @@ def evaluate_run(path: str | Path, *overrides: str) -> dict[str, Any]:
     model, cfg, task, step = load_run(path, overrides)
     result = evaluate(model, task, batch_size=cfg.train.eval_batch_size, precision=cfg.train.precision)
     result.update(task.model_metrics(result, model.parameter_counts()))
-    return {"variant": cfg.model.variant, "task": cfg.task.name, "seed": cfg.train.seed, "step": step,
+    return {"variant": cfg.model.variant, "model": model_label(cfg.model.variant, cfg.model.mixer),
+            "task": cfg.task.name, "seed": cfg.train.seed, "step": step,
             "parameters": model.parameter_counts(), "test": result}
 
 

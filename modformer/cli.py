@@ -54,7 +54,7 @@ def _sweep_help() -> str:
 def format_results(summary: dict) -> str:
     """The result table printed at the end of `modformer train` and by `modformer eval`."""
     test = summary["test"]
-    lines = [f"{summary['variant']} on {summary['task']} (seed {summary['seed']}, step {summary['step']}, "
+    lines = [f"{summary.get('model', summary['variant'])} on {summary['task']} (seed {summary['seed']}, step {summary['step']}, "
              f"{summary['parameters']['trainable']:,} of {summary['parameters']['total']:,} parameters trained)",
              "", f"  {'test metric':<24}{'value':>10}", f"  {'-' * 34}",
              *(f"  {key.replace('_', ' '):<24}{value:>10.4f}" for key, value in test.items()

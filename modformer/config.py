@@ -61,7 +61,7 @@ def _variant_mixer(data: dict[str, Any], saved: bool) -> None:
     if variant.mixer is not None:
         if given is None or (saved and given == "attention"):
             model["mixer"] = variant.mixer
-        elif given != variant.mixer:
+        elif not MIXERS.same(given, variant.mixer):
             raise ConfigError(f"model.mixer={given} conflicts with model.variant={name}, which is built with the "
                               f"'{variant.mixer}' mixer: drop model.mixer, or choose a variant that takes any mixer "
                               f"({', '.join(v for v in VARIANTS if VARIANTS[v].mixer is None)})")
@@ -69,7 +69,8 @@ def _variant_mixer(data: dict[str, Any], saved: bool) -> None:
         return
     if variant.mixer is None and given is not None:
         for other in VARIANTS:
-            if other != name and VARIANTS[other].mixer == given and same_model(variant, VARIANTS[other]):
+            if other != name and VARIANTS[other].mixer is not None and MIXERS.same(VARIANTS[other].mixer, given) \
+                    and same_model(variant, VARIANTS[other]):
                 raise ConfigError(f"model.variant={name} with model.mixer={given} is the '{other}' variant: write "
                                   f"model.variant={other}, so that reports name it")
 

@@ -9,6 +9,7 @@ The parts are defined here, in a module outside the library, and named by import
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,8 @@ from modformer.api import evaluate_run
 from modformer.cli import main
 from modformer.config import load_config
 from modformer.configtools import option
-from modformer.model.hooks import HookPoint
+from modformer.variants import Variant
+from modformer.variants.standard import build_decoder
 
 TINY = ["model.d_model=16", "model.n_heads=2", "model.n_layers=2", "task.n_pairs=2", "task.test_size=64",
         "task.validation_size=32", "train.steps=2", "train.batch_size=8", "train.eval_every=2",
@@ -247,3 +249,40 @@ def test_the_probe_is_cheap_and_leaves_no_trace(tiny_config):
     each = (time.perf_counter() - start) / 5
     assert each < 0.25, f"{each * 1e3:.1f} ms per probe"  # about 3 ms here on one core
     assert torch.equal(torch.get_rng_state(), rng) and all(m.training for m in model.modules())
+
+
+# -- 6. labels say what ran; names of one part agree ---------------------------------------------
+
+ANY_MIXER = Variant(build_decoder, description="a variant of one's own that takes any mixer")
+MEAN_BY_ALIAS = Variant(build_decoder, mixer="mean", description="built with the mixer an entry point calls 'mean'")
+
+
+def test_a_variant_with_a_users_mixer_is_named_by_it_and_its_folder_is_safe(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", f"{Path(__file__).parent}:{os.environ.get('PYTHONPATH', '')}")  # the workers
+    assert cli("train", "configs/retrieval.yaml", "--out", str(tmp_path / "run"), *TINY,
+               f"model.mixer={HERE}:ScaledMean") == 0
+    assert capsys.readouterr().out.startswith(f"standard (mixer {HERE}:ScaledMean) on condattend")
+    out = tmp_path / "sweep"
+    assert cli("sweep", "configs/retrieval.yaml", "--out", str(out), *TINY, f"model.mixer={HERE}:ScaledMean",
+               f"sweep.variants=['{HERE}:ANY_MIXER']", "sweep.seeds=[0]") == 0
+    assert [p.name for p in (out / "runs").iterdir()] == [f"{HERE}_ANY_MIXER"]  # no ':' in a folder name
+    report = (out / "report.md").read_text()
+    assert f"| {HERE}:ANY_MIXER (mixer {HERE}:ScaledMean) |" in report
+    assert "of the paper's" in report  # condattend is the paper's task
+
+
+def test_an_entry_point_alias_and_the_import_path_of_one_class_agree(monkeypatch):
+    from importlib.metadata import EntryPoint
+
+    from modformer import registry
+    from modformer.errors import ConfigError
+
+    alias = EntryPoint(name="mean", value=f"{HERE}:ScaledMean", group="modformer.mixers")
+    monkeypatch.setattr(registry, "entry_points", lambda group: [alias] if group == "modformer.mixers" else [])
+    monkeypatch.setattr(registry.MIXERS, "_items", dict(registry.MIXERS._items))  # forget 'mean' afterwards
+    for mixer in (f"{HERE}:ScaledMean", "mean"):
+        cfg = load_config("configs/retrieval.yaml", [*TINY, f"model.variant={HERE}:MEAN_BY_ALIAS",
+                                                     f"model.mixer={mixer}"])
+        assert isinstance(build_model(cfg.model, seed=0).blocks[0].mixer, ScaledMean)
+    with pytest.raises(ConfigError, match="conflicts with model.variant"):
+        load_config("configs/retrieval.yaml", [*TINY, f"model.variant={HERE}:MEAN_BY_ALIAS", "model.mixer=attention"])

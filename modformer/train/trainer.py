@@ -28,9 +28,10 @@ from ..evaluate import checkpoint_file, evaluate
 from ..files import atomic_write_text, remove_stale_temporaries
 from ..lock import FolderLock, take_lock
 from ..precision import resolve_precision
-from ..registry import TASKS
+from ..registry import TASKS, VARIANTS
 from ..tasks.base import IGNORE
 from ..variants import build_model
+from ..variants.base import model_label
 from ..version import code_version, machine
 from .checkpoint import checkpoint_path, list_checkpoints, load_model_state, read_checkpoint, save_checkpoint
 from .distributed import init_world
@@ -302,11 +303,13 @@ class Trainer(TrainingLoop):
         summary = {
             "step": tc.steps,
             "variant": cfg.model.variant,
+            "model": model_label(cfg.model.variant, cfg.model.mixer),  # what ran: the variant, and a mixer of yours
             "task": cfg.task.name,
             "seed": tc.seed,
             "parameters": parameters,
             "tokens_per_s": tokens_per_s,
-            "mfu": utilisation(cfg.model, self._seq_len(), tokens_per_s, precision, self.device, self.world.size),
+            "mfu": utilisation(cfg.model, self._seq_len(), tokens_per_s, precision, self.device, self.world.size,
+                               builds_own_ffn=VARIANTS[cfg.model.variant].own_ffn is not None),
             "validation": self.last_eval,
             "test": {**test, **self.task.model_metrics(test, parameters)},
             "code_version": code_version(),
@@ -337,7 +340,7 @@ class Trainer(TrainingLoop):
     def _plot(self) -> None:
         if not self.metrics.path.exists():
             return
-        title = f"{self.cfg.model.variant} on {self.cfg.task.name}"
+        title = f"{model_label(self.cfg.model.variant, self.cfg.model.mixer)} on {self.cfg.task.name}"
         plot_training_curves(self.metrics.path, self.run_dir / "curves.png", title=title)
         scores = [(r["step"], r["scores"]) for r in self.metrics.records() if r.get("kind") == "induction"]
         if scores:
