@@ -286,3 +286,30 @@ def test_an_entry_point_alias_and_the_import_path_of_one_class_agree(monkeypatch
         assert isinstance(build_model(cfg.model, seed=0).blocks[0].mixer, ScaledMean)
     with pytest.raises(ConfigError, match="conflicts with model.variant"):
         load_config("configs/retrieval.yaml", [*TINY, f"model.variant={HERE}:MEAN_BY_ALIAS", "model.mixer=attention"])
+
+
+# -- 7. a part's options are visible -------------------------------------------------------------
+
+def test_a_parts_options_are_shown_with_type_default_and_help(capsys, monkeypatch):
+    from importlib.metadata import EntryPoint
+
+    from modformer import registry
+
+    expected = ["model.mixer_options.scale", "factor on the output (no parameter: only the config records it)",
+                "[float, default 2.0"]
+    assert cli("train", "--help", "configs/retrieval.yaml", f"model.mixer={HERE}:ScaledMean") == 0
+    shown = capsys.readouterr().out
+    assert shown.startswith("usage: modformer train") and all(text in shown for text in expected)
+    assert f"model.mixer={HERE}:ScaledMean ({HERE}:ScaledMean, sha256:" in shown
+    assert cli("list", "configs/retrieval.yaml", f"model.mixer={HERE}:ScaledMean",
+               "model.mixer_options.scale=4") == 0
+    assert "[float, default 2.0, this config 4.0]" in capsys.readouterr().out
+    # An installed package's part, by its entry point, without naming it anywhere.
+    alias = EntryPoint(name="mean", value=f"{HERE}:ScaledMean", group="modformer.mixers")
+    monkeypatch.setattr(registry, "entry_points", lambda group: [alias] if group == "modformer.mixers" else [])
+    monkeypatch.setattr(registry.MIXERS, "_items", dict(registry.MIXERS._items))
+    assert cli("list", "--options") == 0
+    listed = capsys.readouterr().out
+    assert f"model.mixer=mean ({HERE}:ScaledMean" in listed and all(text in listed for text in expected)
+    assert "model.mixer=attention (modformer.model.attention:build_attention" in listed
+    assert "its options are the keys of model.attention" in listed

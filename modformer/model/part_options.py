@@ -27,7 +27,7 @@ from ..registry import Registry
 from .probe import where
 
 # Where our own parts keep their options (sections of the model config, older than `Options`).
-_BUILT_IN_SECTIONS = {"attention": "model.attention", "mixing": "model.mixing"}
+BUILT_IN_SECTIONS = {"attention": "model.attention", "mixing": "model.mixing"}
 
 
 def part_options(registry: Registry, name: str, options: dict[str, Any] | None, key: str) -> Any | None:
@@ -37,7 +37,7 @@ def part_options(registry: Registry, name: str, options: dict[str, Any] | None, 
     cls = getattr(part, "Options", None)
     if cls is None:
         if options:
-            where = _BUILT_IN_SECTIONS.get(name)
+            where = BUILT_IN_SECTIONS.get(name)
             raise ConfigError(f"{key}: {registry.kind} '{name}' takes no options here"
                               + (f" (its options are the keys of {where})" if where else ""))
         return None
