@@ -22,7 +22,10 @@ def _attention_command(args: argparse.Namespace) -> int:
         raise ModformerError(f"--repeated must be positive, got {args.repeated}")
     model, cfg, task, step = load_run(args.source)
     if args.repeated:  # the induction probe: random tokens, then the same tokens again
-        half = min(args.repeated, (model_max_seq_len(model) or 2 * args.repeated) // 2)
+        half, limit = args.repeated, model_max_seq_len(model)
+        if limit is not None and 2 * half > limit:
+            raise ModformerError(f"--repeated {half} needs {2 * half} positions, more than the model's {limit}: "
+                                 f"give --repeated {limit // 2} or less")
         first = random_tokens(1, half, cfg.model.vocab_size, torch.Generator().manual_seed(0))[0]
         tokens, what = torch.cat([first, first]), f"{half} random tokens repeated"
     else:

@@ -31,6 +31,9 @@ from .sweep.spec import load_sweep
 from .train.trainer import Trainer
 from .variants.base import model_label
 
+# The keys of a run's config that `evaluate_run` reads besides the task's.
+EVAL_KEYS = ("train.eval_batch_size", "train.precision")
+
 __all__ = ["config", "evaluate_run", "load_run", "sweep", "train_run"]
 
 
@@ -61,6 +64,11 @@ def train_run(cfg: RunConfig | str | Path | Mapping[str, Any], out: str | Path, 
 def evaluate_run(path: str | Path, *overrides: str) -> dict[str, Any]:
     """Score a run directory's latest checkpoint (or a checkpoint file) on its task's test
     set, as `modformer eval`; overrides may change evaluation keys (batch size, precision)."""
+    for assignment in overrides:  # what eval does not read is refused, not ignored
+        key = assignment.partition("=")[0]
+        if not (key.startswith("task.") or key in EVAL_KEYS):
+            raise ConfigError(f"eval: {key} does not change the scoring of a trained model (eval reads task.* keys, "
+                              f"{', '.join(EVAL_KEYS)}); drop it, or train again with it")
     model, cfg, task, step = load_run(path, overrides)
     result = evaluate(model, task, batch_size=cfg.train.eval_batch_size, precision=cfg.train.precision)
     result.update(task.model_metrics(result, model.parameter_counts()))

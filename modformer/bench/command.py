@@ -11,6 +11,8 @@ import torch
 
 from ..errors import ModformerError
 from ..files import atomic_write_text, output_folder
+from ..registry import TASKS
+from ..tasks.text import TextTask
 from ..version import code_version, machine
 from .data import data_throughput, load_bench_config
 from .data import markdown as data_markdown
@@ -67,6 +69,10 @@ def _llama(args: argparse.Namespace) -> int:
 
 def _scaling(args: argparse.Namespace) -> int:
     values = {"width": args.widths, "depth": args.depths, "seq": args.seqs}
+    empty = [f"--{k}s" if k != "depth" else "--depths" for k, v in values.items() if v == []]
+    if empty:  # `--widths` with nothing after it: not "no width axis" silently
+        raise ModformerError(f"{', '.join(empty)} given without values: name at least one, or leave the option out "
+                             f"(default: its three values)")
     values = {k: v for k, v in values.items() if v}
     if not values or any(x < 1 for v in values.values() for x in v) or args.threads < 1 or args.repeats < 1 \
             or any(w % args.heads or (w // args.heads) % 2 for w in values.get("width", [])):
@@ -93,6 +99,10 @@ def _data(args: argparse.Namespace) -> int:
         raise ModformerError("--repeats and --threads must be positive")
     torch.set_num_threads(args.threads)
     cfg = load_bench_config(args.config, args.overrides, args.variant)
+    if not issubclass(TASKS[cfg.task.name], TextTask):
+        raise ModformerError(f"bench data times a text task's loader (memory-mapped token shards); task "
+                             f"'{cfg.task.name}' of {args.config} generates its batches: give a config of lm or "
+                             f"sentiment (e.g. configs/tasks/lm_tiny.yaml)")
     rows = data_throughput(cfg, repeats=args.repeats)
     text = data_markdown(rows, args.threads)
     print(text)

@@ -283,7 +283,9 @@ def record_outcome(out: Path, base: dict[str, Any], code: int, log_path: Path,
     summary, or failed with the last line of its log. An interrupted run (130) saved its
     checkpoint and is not recorded: started again, it continues."""
     run_id, run_dir = base["run_id"], Path(out) / base["run_dir"]
-    if code == 0 and (run_dir / "summary.json").exists():
+    # A summary is written last (plots drawn): with one, the run is done, even if a Ctrl-C then
+    # made its process end with 130.
+    if code in (0, 130) and (run_dir / "summary.json").exists():
         summary = json.loads((run_dir / "summary.json").read_text())
         append_result(out, {**base, "status": "done", "summary": summary})
         echo(done_line(run_id, summary))

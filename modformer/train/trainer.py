@@ -317,9 +317,9 @@ class Trainer(TrainingLoop):
             "budget": budget(cfg.to_dict()),
             "precision": precision,  # what `auto` chose here
         }
-        if self.world.main:
-            atomic_write_text(self.run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+        if self.world.main:  # the summary last: a run with one is done, its plots drawn (a sweep counts on it)
             self._plot()
+            atomic_write_text(self.run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
         return summary
 
     def _seq_len(self) -> int:
