@@ -15,6 +15,7 @@ from .analysis.induction import plot_attention_maps
 from .analysis.knowledge_usage import entry_usage, markdown, write_usage
 from .errors import ModformerError
 from .evaluate import beside, load_run
+from .variants.base import model_label
 
 
 def _attention_command(args: argparse.Namespace) -> int:
@@ -22,7 +23,10 @@ def _attention_command(args: argparse.Namespace) -> int:
         raise ModformerError(f"--repeated must be positive, got {args.repeated}")
     model, cfg, task, step = load_run(args.source)
     if args.repeated:  # the induction probe: random tokens, then the same tokens again
-        half = min(args.repeated, (model_max_seq_len(model) or 2 * args.repeated) // 2)
+        half, limit = args.repeated, model_max_seq_len(model)
+        if limit is not None and 2 * half > limit:
+            raise ModformerError(f"--repeated {half} needs {2 * half} positions, more than the model's {limit}: "
+                                 f"give --repeated {limit // 2} or less")
         first = random_tokens(1, half, cfg.model.vocab_size, torch.Generator().manual_seed(0))[0]
         tokens, what = torch.cat([first, first]), f"{half} random tokens repeated"
     else:
@@ -32,7 +36,8 @@ def _attention_command(args: argparse.Namespace) -> int:
         tokens, what = inputs[args.example], f"validation example {args.example}"
     out = Path(args.out) if args.out else beside(args.source, "attention.png")
     path = plot_attention_maps(model, tokens, out,
-                               title=f"{cfg.model.variant} on {cfg.task.name}, step {step}: {what}")
+                               title=f"{model_label(cfg.model.variant, cfg.model.mixer)} on {cfg.task.name}, step {step}: "
+                                     f"{what}")
     print(f"attention maps: {path}")
     return 0
 

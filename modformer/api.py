@@ -29,6 +29,10 @@ from .sweep.runner import SweepRunner
 from .sweep.slurm import SlurmLauncher, live_runs
 from .sweep.spec import load_sweep
 from .train.trainer import Trainer
+from .variants.base import model_label
+
+# The keys of a run's config that `evaluate_run` reads besides the task's.
+EVAL_KEYS = ("train.eval_batch_size", "train.precision")
 
 __all__ = ["config", "evaluate_run", "load_run", "sweep", "train_run"]
 
@@ -60,10 +64,16 @@ def train_run(cfg: RunConfig | str | Path | Mapping[str, Any], out: str | Path, 
 def evaluate_run(path: str | Path, *overrides: str) -> dict[str, Any]:
     """Score a run directory's latest checkpoint (or a checkpoint file) on its task's test
     set, as `modformer eval`; overrides may change evaluation keys (batch size, precision)."""
+    for assignment in overrides:  # what eval does not read is refused, not ignored
+        key = assignment.partition("=")[0]
+        if not (key.startswith("task.") or key in EVAL_KEYS):
+            raise ConfigError(f"eval: {key} does not change the scoring of a trained model (eval reads task.* keys, "
+                              f"{', '.join(EVAL_KEYS)}); drop it, or train again with it")
     model, cfg, task, step = load_run(path, overrides)
     result = evaluate(model, task, batch_size=cfg.train.eval_batch_size, precision=cfg.train.precision)
     result.update(task.model_metrics(result, model.parameter_counts()))
-    return {"variant": cfg.model.variant, "task": cfg.task.name, "seed": cfg.train.seed, "step": step,
+    return {"variant": cfg.model.variant, "model": model_label(cfg.model.variant, cfg.model.mixer),
+            "task": cfg.task.name, "seed": cfg.train.seed, "step": step,
             "parameters": model.parameter_counts(), "test": result}
 
 

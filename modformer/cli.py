@@ -23,7 +23,9 @@ from .errors import Interrupted, ModformerError
 from .generate import add_generate_command
 from .knowledge.convert import convert
 from .pretrained_kb.command import add_kb_pretrained_command
+from .model.part_options import BUILT_IN_SECTIONS
 from .registry import FFNS, MIXERS, TASKS, VARIANTS
+from .version import source_version
 from .sweep.curve import write_curve
 from .sweep.quote import add_quote_command
 from .sweep.report import summary_sections, write_report
@@ -55,7 +57,7 @@ def _sweep_help() -> str:
 def format_results(summary: dict) -> str:
     """The result table printed at the end of `modformer train` and by `modformer eval`."""
     test = summary["test"]
-    lines = [f"{summary['variant']} on {summary['task']} (seed {summary['seed']}, step {summary['step']}, "
+    lines = [f"{summary.get('model', summary['variant'])} on {summary['task']} (seed {summary['seed']}, step {summary['step']}, "
              f"{summary['parameters']['trainable']:,} of {summary['parameters']['total']:,} parameters trained)",
              "", f"  {'test metric':<24}{'value':>10}", f"  {'-' * 34}",
              *(f"  {key.replace('_', ' '):<24}{value:>10.4f}" for key, value in test.items()
@@ -137,7 +139,42 @@ def cmd_convert(args: argparse.Namespace) -> int:
     return 0
 
 
+def part_options_help(registry, name: str, key: str, given: dict | None = None) -> list[str]:
+    """Help lines of one part: where it comes from, then each option with its type, default
+    and help (`given`: the values a config sets, shown beside the defaults)."""
+    part = registry[name]
+    origin = source_version(part)
+    lines = [f"{registry.key}={name} ({origin['import_path']}, {origin['version']})"]
+    options = getattr(part, "Options", None)
+    if options is None:
+        section = BUILT_IN_SECTIONS.get(name) if registry is MIXERS else None
+        return lines + [f"  its options are the keys of {section} (modformer train --help)" if section
+                        else "  takes no options"]
+    rows = describe(options, key)
+    if given:
+        rows = [(k, t, d + (f", this config {given[k.rsplit('.', 1)[1]]!r}" if k.rsplit(".", 1)[1] in given else ""),
+                 h) for k, t, d, h in rows]
+    return lines + (key_lines(rows) if rows else ["  (an empty Options)"])
+
+
+def config_parts_help(path: str, overrides=()) -> str:
+    """The options of the parts a config names (its mixer and feed-forward module), for
+    `modformer train --help CONFIG` and `modformer list CONFIG`."""
+    cfg = load_config(path, overrides).model
+    return "\n".join([f"parts of {path} (set their options as model.mixer_options.KEY / model.ffn_options.KEY):",
+                      *part_options_help(MIXERS, cfg.mixer, "model.mixer_options", cfg.mixer_options),
+                      *part_options_help(FFNS, cfg.ffn, "model.ffn_options", cfg.ffn_options)])
+
+
 def cmd_list(args: argparse.Namespace) -> int:
+    if args.config:
+        print(config_parts_help(args.config, args.overrides))
+        return 0
+    if args.options:  # every part with options, those of installed packages loaded too
+        for registry, key in ((MIXERS, "model.mixer_options"), (FFNS, "model.ffn_options")):
+            for name in [*registry.names(), *(n for n in registry.installed() if n not in registry)]:
+                print("\n".join(part_options_help(registry, name, key)))
+        return 0
     print("variants (model.variant):")
     for name in VARIANTS:
         v = VARIANTS[name]
@@ -156,7 +193,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     for registry in (VARIANTS, MIXERS, FFNS, TASKS):
         if registry.installed():
             print(f"installed by other packages ({registry.group} entry points): " + ", ".join(registry.installed()))
-    print("parts of your own: name them by import path, package.module:Class (examples/README.md)")
+    print("parts of your own: name them by import path, package.module:Class (examples/README.md); every part's "
+          "options: modformer list --options; a config's parts: modformer train --help CONFIG")
     print("text sources (task.source of lm and sentiment):")
     for name, about in named_sources().items():
         print(f"  {name:<20}{about}")
@@ -177,6 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--out", help="run directory (default: runs/<config name>/<date-time>)")
     train.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoint")
     train.set_defaults(func=cmd_train)
+    parser.train_parser = train  # for `train --help CONFIG` (_train_help_with_config)
 
     ev = sub.add_parser("eval", help="score a checkpoint on its task's held-out set",
                         description="Score a checkpoint (or a run directory's latest) on the held-out set.")
@@ -259,7 +298,13 @@ def build_parser() -> argparse.ArgumentParser:
                          "with swiglu activation folds into Llama's MLP), reloaded to check its logits")
     cv.set_defaults(func=cmd_convert)
 
-    ls = sub.add_parser("list", help="list the registered variants, parts and tasks")
+    ls = sub.add_parser("list", help="list the registered variants, parts and tasks",
+                        description="List the registered variants, parts and tasks; with --options every part's "
+                                    "options (type, default, help), installed packages' parts included; with CONFIG "
+                                    "the options of the parts that config names (parts of your own too).")
+    ls.add_argument("config", nargs="?", help="a run config: show the options of its mixer and feed-forward module")
+    ls.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides of CONFIG")
+    ls.add_argument("--options", action="store_true", help="every part's options, with type, default and help")
     ls.set_defaults(func=cmd_list)
     # No abbreviated options: `--resum` must not pass for `--resume` (or for nothing at all).
     for parser_ in (parser, *sub.choices.values()):
@@ -267,8 +312,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _train_help_with_config(parser: argparse.ArgumentParser, argv: list[str]) -> bool:
+    """`modformer train --help CONFIG [overrides]`: the usual help, then the options of the parts
+    CONFIG names (argparse alone prints its help before reading any argument)."""
+    if not argv or argv[0] != "train" or not {"-h", "--help"} & set(argv):
+        return False
+    rest = [a for a in argv[1:] if a not in ("-h", "--help")]
+    configs = [a for a in rest if not a.startswith("-") and "=" not in a]
+    if not configs:
+        return False
+    print(parser.train_parser.format_help())
+    print(config_parts_help(configs[0], [a for a in rest if "=" in a and not a.startswith("-")]))
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        if _train_help_with_config(parser, argv):
+            return 0
+    except ModformerError as e:
+        print(f"modformer: error: {e}", file=sys.stderr)
+        return 2
     # Overrides may come after options (`--out DIR train.steps=5`): collect the leftovers.
     args, extra = parser.parse_known_args(argv)
     unknown = [a for a in extra if a.startswith("-") or "=" not in a or not hasattr(args, "overrides")]

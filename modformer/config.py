@@ -19,11 +19,12 @@ from .configtools import apply_override, from_dict, option, read_yaml, to_dict
 from .construction import apply_construction
 from .errors import ConfigError
 from .model.config import ModelConfig
-from .model.part_options import part_options
+from .model.part_options import resolved_options
 from .registry import FFNS, MIXERS, TASKS, VARIANTS
 from .tasks.base import TaskConfig
 from .train.config import TrainConfig
 from .variants.base import same_model
+from .version import source_version
 
 
 @dataclass
@@ -60,7 +61,7 @@ def _variant_mixer(data: dict[str, Any], saved: bool) -> None:
     if variant.mixer is not None:
         if given is None or (saved and given == "attention"):
             model["mixer"] = variant.mixer
-        elif given != variant.mixer:
+        elif not MIXERS.same(given, variant.mixer):
             raise ConfigError(f"model.mixer={given} conflicts with model.variant={name}, which is built with the "
                               f"'{variant.mixer}' mixer: drop model.mixer, or choose a variant that takes any mixer "
                               f"({', '.join(v for v in VARIANTS if VARIANTS[v].mixer is None)})")
@@ -68,7 +69,8 @@ def _variant_mixer(data: dict[str, Any], saved: bool) -> None:
         return
     if variant.mixer is None and given is not None:
         for other in VARIANTS:
-            if other != name and VARIANTS[other].mixer == given and same_model(variant, VARIANTS[other]):
+            if other != name and VARIANTS[other].mixer is not None and MIXERS.same(VARIANTS[other].mixer, given) \
+                    and same_model(variant, VARIANTS[other]):
                 raise ConfigError(f"model.variant={name} with model.mixer={given} is the '{other}' variant: write "
                                   f"model.variant={other}, so that reports name it")
 
@@ -115,8 +117,11 @@ def config_from_dict(data: dict[str, Any] | None, *, saved: bool = False) -> Run
     VARIANTS[model.variant]  # unknown names fail here, naming their key; so do a part's bad options
     if not saved:
         _unread_ffn(model)
-    part_options(MIXERS, model.mixer, model.mixer_options, "model.mixer_options")
-    part_options(FFNS, model.ffn, model.ffn_options, "model.ffn_options")
+    # Every option of a part, defaults included, so that config.yaml rebuilds the model even after
+    # the part's code changes a default (a saved run is read the same way: what it recorded wins).
+    model = replace(model,
+                    mixer_options=resolved_options(MIXERS, model.mixer, model.mixer_options, "model.mixer_options"),
+                    ffn_options=resolved_options(FFNS, model.ffn, model.ffn_options, "model.ffn_options"))
     train = from_dict(TrainConfig, data.get("train"), "train")
     task = TASKS[name](task_cfg)
     if model.vocab_size is None:
@@ -132,6 +137,15 @@ def config_from_dict(data: dict[str, Any] | None, *, saved: bool = False) -> Run
             raise ConfigError(f"model.pad_embedding_frozen needs a pad token: task {name} has none, so set model.pad_id")
         model = replace(model, pad_id=task.pad_id)
     return RunConfig(model=model, task=task_cfg, train=train)
+
+
+def part_versions(cfg: RunConfig) -> dict[str, dict[str, str]]:
+    """Each part the config names (variant, mixer, feed-forward module, task) with its import
+    path and the version of the code that holds it (`version.source_version`), for run.json."""
+    model = cfg.model
+    named = {"model.variant": (VARIANTS, model.variant), "model.mixer": (MIXERS, model.mixer),
+             "model.ffn": (FFNS, model.ffn), "task.name": (TASKS, cfg.task.name)}
+    return {key: {"name": name, **source_version(registry[name])} for key, (registry, name) in named.items()}
 
 
 def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> RunConfig:

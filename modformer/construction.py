@@ -259,25 +259,41 @@ PAPER_BUDGETS = {
                             "the reference README's trainer_classifier.py command: 3,000 steps of the default 32"),
 }
 REFERENCE_WIDTH = 512
+# The random-attention paper's tasks, the only ones its budgets and width are compared with.
+PAPER_TASKS = ("condattend", "addition", "dyck", "khop", "memorization", "lm", "sentiment")
+
+
+def paper_budget(config: dict[str, Any]) -> PaperBudget | None:
+    """The paper's budget for a config's task (condattend where it names none, the default), or
+    None for a task that is not the paper's."""
+    task = config.get("task") or {}
+    name = task.get("name", PAPER_TASKS[0]) if isinstance(task, dict) else None
+    return PAPER_BUDGETS[trainer_of(config)] if name in PAPER_TASKS else None
 
 
 def budget(config: dict[str, Any]) -> dict[str, Any]:
     """What a run trains on in its reference trainer's unit (sequences, or tokens for language
     modelling), the paper's amount and the fraction of it, and its width and fraction of the
-    paper's: {"sequences", "amount", "unit", "paper", "fraction", "width", "width_fraction"}."""
+    paper's: {"sequences", "amount", "unit", "paper", "fraction", "width", "width_fraction"};
+    for a task that is not the paper's, sequences, with paper, fraction and width_fraction None."""
     train, model, task = (config.get(k) or {} for k in ("train", "model", "task"))
     sequences = int(train.get("steps", 0)) * int(train.get("batch_size", 0))
-    paper = PAPER_BUDGETS[trainer_of(config)]
-    amount = sequences * int(task.get("seq_len", 0)) if paper.unit == "tokens" else sequences
+    paper = paper_budget(config)
+    amount = sequences * int(task.get("seq_len", 0)) if paper is not None and paper.unit == "tokens" else sequences
     width = int(model.get("d_model", 0))
-    return {"sequences": sequences, "amount": amount, "unit": paper.unit, "paper": paper.amount,
-            "fraction": amount / paper.amount, "width": width, "width_fraction": width / REFERENCE_WIDTH}
+    return {"sequences": sequences, "amount": amount, "unit": "sequences" if paper is None else paper.unit,
+            "paper": None if paper is None else paper.amount,
+            "fraction": None if paper is None else amount / paper.amount, "width": width,
+            "width_fraction": None if paper is None else width / REFERENCE_WIDTH}
 
 
 def budget_text(b: dict[str, Any]) -> str:
-    """'51,200 sequences (0.4% of the paper's ~1.28e+07), width 64 (0.125x its 512)'; a budget
-    recorded before units were (a summary of an older run) counts sequences."""
+    """'51,200 sequences (0.4% of the paper's ~1.28e+07), width 64 (0.125x its 512)', or
+    '51,200 sequences, width 64' for a task that is not the paper's; a budget recorded before
+    units were (a summary of an older run) counts sequences of the paper's algorithmic tasks."""
     depth = PAPER_BUDGETS[DEPTH]
     amount, unit, paper = b.get("amount", b["sequences"]), b.get("unit", depth.unit), b.get("paper", depth.amount)
+    if paper is None:
+        return f"{amount:,} {unit}, width {b['width']}"
     return (f"{amount:,} {unit} ({100 * amount / paper:.3g}% of the paper's ~{paper:.3g}), "
-            f"width {b['width']} ({b['width_fraction']:.3g}x its {REFERENCE_WIDTH})")
+            f"width {b['width']} ({b['width'] / REFERENCE_WIDTH:.3g}x its {REFERENCE_WIDTH})")

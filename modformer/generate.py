@@ -93,8 +93,10 @@ def generate_text(source: str | Path, prompt: str, max_new_tokens: int = 100, *,
     run_dir = path if path.is_dir() else path.parent.parent  # RUN/checkpoints/step_N.safetensors
     saved = run_dir / "tokenizer"
     tokenizer = TextTokenizer.load(saved) if (saved / "special.json").is_file() else task.tokenizer
-    ids = tokenizer.encode(prompt) or [tokenizer.eos_id]  # an empty prompt starts a new document
-    notes = []
+    ids = tokenizer.encode(prompt)
+    # An empty prompt starts a new document: generation from the end-of-text token, said so.
+    notes = [] if ids else ["the prompt is empty: generating from the start of a document (after end-of-text)"]
+    ids = ids or [tokenizer.eos_id]
     room = model.max_seq_len - len(ids) + 1
     if room < 1:
         raise ModformerError(f"the prompt has {len(ids)} tokens, more than the model's {model.max_seq_len} positions")
@@ -114,6 +116,9 @@ def generate_text(source: str | Path, prompt: str, max_new_tokens: int = 100, *,
     new = tokens[0, len(ids):].tolist()
     if stop_at_end and tokenizer.eos_id in new:
         new = new[:new.index(tokenizer.eos_id)]
+        if not new:
+            notes.append("the model ended the text at once (its first new token is end-of-text; --keep-going "
+                         "generates past it)")
     return tokenizer.decode(new), notes
 
 
@@ -136,7 +141,7 @@ def add_generate_command(subparsers: argparse._SubParsersAction) -> None:
                     "by default, sampled with --temperature (and --top-k, --seed). Prints the prompt and its "
                     "continuation, which stops at the first end-of-text.")
     p.add_argument("source", help="a run directory (its latest checkpoint) or a checkpoint file")
-    p.add_argument("--prompt", required=True, help="the text to continue (may be empty)")
+    p.add_argument("--prompt", required=True, help="the text to continue (empty: from the start of a document)")
     p.add_argument("--tokens", type=int, default=100, help="most new tokens (default: 100)")
     p.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default); above 0: sample")
     p.add_argument("--top-k", type=int, help="sample among the k most likely tokens only")

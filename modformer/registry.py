@@ -85,6 +85,18 @@ class Registry(Generic[T]):
         self._items[name] = self._adapt(item)
         return self._items[name]
 
+    def same(self, a: object, b: object) -> bool:
+        """Whether two names find the same part: one name, or an entry-point alias and the import
+        path of one class (`conv` and `mypkg.conv:CausalConv`)."""
+        if a == b:
+            return True
+        if not (isinstance(a, str) and isinstance(b, str)):
+            return False
+        try:
+            return self[a] is self[b]
+        except ConfigError:  # a name that finds nothing is no other name's part (its own use says why)
+            return False
+
     def __contains__(self, name: str) -> bool:
         return name in self._items
 

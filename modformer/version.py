@@ -44,3 +44,38 @@ def machine() -> str:
     if torch.cuda.is_available():
         parts.append(torch.cuda.get_device_name())
     return ", ".join(parts)
+
+
+def source_version(obj: object) -> dict[str, str]:
+    """Where a part (a class, function or variant) came from and which version of it:
+    {"import_path": "package.module:Name", "version": ...}, the version being this library's
+    code version for a part of ours, `<distribution> <version>` for one an installed package
+    holds, else a hash of its module file's content (`sha256:<16 hex> <file>`), so that a run
+    records which code built it even for a file next to the config."""
+    import hashlib
+    import importlib.metadata as metadata
+    import sys
+
+    target = obj if callable(obj) else getattr(obj, "build", obj)  # a variant: its builder
+    module_name, name = target.__module__, target.__qualname__
+    found = {"import_path": f"{module_name}:{name}"}
+    if module_name.split(".")[0] == "modformer":
+        return {**found, "version": code_version()}
+    file = getattr(sys.modules.get(module_name), "__file__", None)
+    if file is None:
+        return {**found, "version": "unknown (no module file)"}
+    path = Path(file).resolve()
+    for dist_name in metadata.packages_distributions().get(module_name.split(".")[0], []):
+        try:
+            dist = metadata.distribution(dist_name)
+        except metadata.PackageNotFoundError:
+            continue
+        # Only where the distribution's own files hold the module: not a checkout on sys.path
+        # shadowing it, nor an editable install (whose files are the checkout's, hashed below).
+        if any(Path(dist.locate_file(f)).resolve() == path for f in dist.files or ()):
+            return {**found, "version": f"{dist.metadata['Name']} {dist.version}"}
+    try:
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    except OSError:
+        return {**found, "version": f"unknown (cannot read {path})"}
+    return {**found, "version": f"sha256:{digest} {path}"}

@@ -105,6 +105,7 @@ def test_scaling_command(tmp_path):
                        "--layers", "1", "--heads", "2", "--batch", "2", "--seq", "16", "--repeats", "1", "--threads",
                        "1", "--out", tmp_path)
     assert result.returncode == 0, result.stderr
+    assert "--depths given without values: that axis is left out" in result.stderr  # not silently
     rows = json.loads((tmp_path / "scaling.json").read_text())["rows"]
     assert len(rows) == 3 * 4  # 3 points (2 widths, 1 length) x 4 contenders
     assert all(r["peak_mib"] > 0 for r in rows)

@@ -5,7 +5,7 @@ import pytest
 from modformer.model.config import ModelConfig
 from modformer.sweep.report import _mfu
 from modformer.tasks.retrieval import Retrieval
-from modformer.train.mfu import training_flops_per_token
+from modformer.train.mfu import OWN, STANDARD, flops_per_token, training_flops_per_token
 from modformer.variants import build_model
 
 from test_trainer import run
@@ -32,3 +32,23 @@ def test_a_run_records_its_mfu_against_a_peak_measured_in_the_run(tiny_config, t
     assert 0 < mfu["mfu"] < 1
     assert _mfu([summary]) == f"{mfu['mfu']:.1%}"
     assert _mfu([{"tokens_per_s": 1.0}]) == "n/a"  # records from before summaries held it
+    assert mfu["flops_of"] == OWN
+    assert _mfu([{"mfu": {"mfu": 0.5}}]) == "50.0%*"  # older summaries counted the standard model's
+
+
+@pytest.mark.parametrize("ffn, matrices", [("swiglu", 3), ("gelu", 2), ("shaped_leaky_glu", 3)])
+def test_mfu_counts_the_models_own_flops_where_its_parts_are_known(ffn, matrices):
+    """MixiT has no q, k and no scores: its own count, not the standard model's (which gave
+    MixiT more than 100% MFU); a part of one's own is labelled as the standard's estimate."""
+    for mixer in ("attention", "mixing"):
+        cfg = ModelConfig(vocab_size=50, d_model=32, n_layers=2, n_heads=4, max_seq_len=16, ffn=ffn, mixer=mixer,
+                          variant="mixit" if mixer == "mixing" else "standard")
+        model = build_model(cfg, seed=0)
+        matrix_weights = sum(p.numel() for name, p in model.named_parameters()
+                             if p.dim() == 2 and name != "embed.weight")
+        mixing = 12 if mixer == "attention" else 6
+        assert flops_per_token(cfg, 16) == (6 * matrix_weights + mixing * 2 * 16 * 32, OWN)
+    mine = ModelConfig(vocab_size=50, d_model=32, n_layers=2, n_heads=4, max_seq_len=16,
+                       mixer="examples.parts.causal_conv:CausalConv")
+    assert flops_per_token(mine, 16) == (training_flops_per_token(mine, 16), STANDARD)
+    assert flops_per_token(ModelConfig(vocab_size=50, max_seq_len=16), 16, builds_own_ffn=True)[1] == STANDARD

@@ -17,6 +17,7 @@ from modformer.bridge.modules_config import load_modules_config
 from modformer.bridge.teacher import Teacher
 from modformer.bridge.texts import arithmetic_answer, arithmetic_items, load_corpus, split_items, worked_sum
 from modformer.errors import ConfigError
+from modformer.tasks.base import IGNORE
 from modules_fixtures import tiny_config
 
 @pytest.fixture(scope="module")
@@ -111,6 +112,20 @@ def test_a_stopped_run_continues_from_its_checkpoint_bit_for_bit(prepared, tmp_p
     final = train(rest, tmp_path / "ckpt.safetensors")
     assert untimed([r for r in stopped if r["step"] <= 4] + rest) == untimed(whole)
     assert all(torch.equal(expected[k], v) for k, v in final.items())
+
+
+def test_a_batch_scores_each_position_on_the_next_token(prepared):
+    """The student's target at position t is its token t + 1, on every position of a text, or
+    from the answer's first token on (a target of the current token would train a copy)."""
+    data = prepared.data
+    for answer_only in (False, True):
+        batch = data.batch(data.train, [0, 1, 2], answer_only=answer_only)
+        for b, i in enumerate([0, 1, 2]):
+            length = len(data.train.texts[i].student)
+            start = data.train.answer_start[i] if answer_only else 1
+            scored = (batch.targets[b] != IGNORE).nonzero().flatten().tolist()
+            assert scored == list(range(start - 1, length - 1))
+            assert torch.equal(batch.targets[b, scored], batch.ids[b, [t + 1 for t in scored]])
 
 
 def test_distillation_and_random_states_use_the_teacher_as_specified(prepared):

@@ -273,6 +273,15 @@ def test_budget_is_stated_as_a_fraction_of_the_papers():
         "51,200 sequences (0.4% of the paper's ~1.28e+07), width 64 (0.125x its 512)")
 
 
+def test_the_papers_budget_is_named_only_for_the_papers_tasks():
+    from modformer.construction import budget, budget_text
+    for task in ("mqar", "repeat"):
+        b = budget(config_from_dict({"task": {"name": task}, "train": {"steps": 10, "batch_size": 8}}).to_dict())
+        assert (b["paper"], b["fraction"], b["width_fraction"]) == (None, None, None)
+        assert budget_text(b) == "80 sequences, width 128"
+    assert "of the paper's" in budget_text(budget(config_from_dict({"task": {"name": "khop"}}).to_dict()))
+
+
 def test_budget_plot_draws_every_grid_point_and_only_for_budget_or_width_grids(tmp_path):
     from modformer.sweep.budget_plot import plot_budget
 

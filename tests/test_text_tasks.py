@@ -81,7 +81,9 @@ def test_tiny_lm_learns_and_generates(text, tmp_path, capsys):
     for _ in range(2):
         assert main(["generate", str(list_checkpoints(tmp_path / "run" / "checkpoints")[-1][1]), "--prompt", "",
                      "--temperature", "1.0", "--top-k", "20", "--seed", "5"]) == 0
-        sampled.append(capsys.readouterr().out)
+        said = capsys.readouterr()
+        sampled.append(said.out)
+        assert "the prompt is empty: generating from the start of a document" in said.err  # not silently
     assert sampled[0] == sampled[1] and sampled[0].strip()
 
 

@@ -29,7 +29,8 @@ from typing import Sequence
 import torch
 from torch import nn
 
-from ..model.hooks import capture
+from ..errors import ConfigError, ModformerError
+from ..model.hooks import capture, hook_names
 from .common import by_layer, evaluating, model_device, model_max_seq_len, plt, random_tokens, save_figure
 
 PATTERNS = "blocks.*.mixer.pattern"
@@ -62,6 +63,24 @@ def induction_scores(model: nn.Module, *, vocab_size: int, half_len: int, batch:
         model(tokens)
     scores = [pattern[:, :, queries, keys].float().mean(dim=(0, 2)) for pattern in by_layer(acts)]  # each (H,)
     return torch.stack(scores).cpu()
+
+
+def check_induction_scores(model: nn.Module, *, vocab_size: int, half_len: int, key: str) -> None:
+    """Score the model once on one short sequence, so that a model that cannot be scored (a
+    mixer without a `pattern` hook point of shape (B, H, T, T), a sequence too short) is one
+    ConfigError naming `key` before training, not a failure at the first evaluation."""
+    points = set(hook_names(model))
+    lacking = [i for i in range(len(getattr(model, "blocks", ()))) if f"blocks.{i}.mixer.pattern" not in points]
+    if lacking:
+        raise ConfigError(f"{key} reads each block's attention pattern, a hook point `pattern` of its mixer "
+                          f"(blocks.i.mixer.pattern, yielding (B, heads, T, T)); the mixer of block(s) "
+                          f"{', '.join(map(str, lacking))} ({type(model.blocks[lacking[0]].mixer).__name__}) has "
+                          f"none: add `self.pattern = HookPoint()` and pass the weights through it, or drop {key}")
+    try:
+        induction_scores(model, vocab_size=vocab_size, half_len=half_len, batch=1,
+                         generator=torch.Generator(model_device(model)).manual_seed(0))
+    except (ValueError, RuntimeError, IndexError, ModformerError) as e:
+        raise ConfigError(f"{key} cannot score this model: {e.__class__.__name__}: {e}") from None
 
 
 def attention_patterns(model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:

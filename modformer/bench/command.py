@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import asdict
 from pathlib import Path
 
@@ -11,6 +12,8 @@ import torch
 
 from ..errors import ModformerError
 from ..files import atomic_write_text, output_folder
+from ..registry import TASKS
+from ..tasks.text import TextTask
 from ..version import code_version, machine
 from .data import data_throughput, load_bench_config
 from .data import markdown as data_markdown
@@ -67,6 +70,9 @@ def _llama(args: argparse.Namespace) -> int:
 
 def _scaling(args: argparse.Namespace) -> int:
     values = {"width": args.widths, "depth": args.depths, "seq": args.seqs}
+    # `--depths` with nothing after it leaves that axis out: said, not silent
+    for name in [{"width": "--widths", "depth": "--depths", "seq": "--seqs"}[k] for k, v in values.items() if v == []]:
+        print(f"modformer: {name} given without values: that axis is left out", file=sys.stderr)
     values = {k: v for k, v in values.items() if v}
     if not values or any(x < 1 for v in values.values() for x in v) or args.threads < 1 or args.repeats < 1 \
             or any(w % args.heads or (w // args.heads) % 2 for w in values.get("width", [])):
@@ -93,6 +99,10 @@ def _data(args: argparse.Namespace) -> int:
         raise ModformerError("--repeats and --threads must be positive")
     torch.set_num_threads(args.threads)
     cfg = load_bench_config(args.config, args.overrides, args.variant)
+    if not issubclass(TASKS[cfg.task.name], TextTask):
+        raise ModformerError(f"bench data times a text task's loader (memory-mapped token shards); task "
+                             f"'{cfg.task.name}' of {args.config} generates its batches: give a config of lm or "
+                             f"sentiment (e.g. configs/tasks/lm_tiny.yaml)")
     rows = data_throughput(cfg, repeats=args.repeats)
     text = data_markdown(rows, args.threads)
     print(text)
@@ -173,9 +183,9 @@ def add_bench_command(subparsers: argparse._SubParsersAction) -> argparse.Argume
                            description="Move one of width, depth and sequence length at a time away from a base shape "
                                        "and time the `llama` suite's contenders at each point, and measure their peak "
                                        "memory in a training step; table and plot.")
-    sc.add_argument("--widths", nargs="*", type=int, default=[128, 256, 512], help="widths (default: 128 256 512)")
-    sc.add_argument("--depths", nargs="*", type=int, default=[2, 4, 8], help="depths (default: 2 4 8)")
-    sc.add_argument("--seqs", nargs="*", type=int, default=[128, 256, 512], help="lengths (default: 128 256 512)")
+    sc.add_argument("--widths", nargs="*", type=int, default=[128, 256, 512], help="widths (default: 128 256 512; the option alone: no width axis)")
+    sc.add_argument("--depths", nargs="*", type=int, default=[2, 4, 8], help="depths (default: 2 4 8; the option alone: no depth axis)")
+    sc.add_argument("--seqs", nargs="*", type=int, default=[128, 256, 512], help="lengths (default: 128 256 512; the option alone: no length axis)")
     sc.add_argument("--width", type=int, default=256, help="base width (default: 256)")
     sc.add_argument("--layers", type=int, default=4, help="base depth (default: 4)")
     sc.add_argument("--heads", type=int, default=4, help="heads (default: 4)")

@@ -4,11 +4,10 @@ Every contender trains on the same random batch (B, T) with the same optimizer (
 AdamW over trainable parameters, decay on matrices only), precision and thread count, in
 one process, in turn (`time_interleaved`): our standard model, the same weights in
 `LlamaForCausalLM` (`to_hf_llama`), and our Frozen-QK and MixiT variants. Model FLOPs
-utilisation uses the standard model's training FLOPs per token, 6 N + 12 L T d (N: matrix
-parameters of the blocks and head; the second term is attention's scores and mixing),
-against the machine's matrix-multiply peak measured by `matmul_peak` (modformer.train.mfu)
-in the same run, so the variants' MFU shows how much of the standard model's work per
-second they match.
+utilisation uses each contender's own training FLOPs per token (`flops_per_token`:
+6 N + 12 L T d for attention, N the matrix parameters of the blocks and head; 6 N + 6 L T d
+for MixiT, whose fixed mixing has no scores), against the machine's matrix-multiply peak
+measured by `matmul_peak` (modformer.train.mfu) in the same run.
 
 After the timing, one more step of each contender is measured for peak memory
 (`peak_step_memory`: the most bytes tensors hold at once during the step, parameters,
@@ -32,8 +31,9 @@ from torch import nn
 from ..construction import reference_model_config
 from ..model.config import ModelConfig
 from ..precision import autocast
+from ..registry import VARIANTS
 from ..train.config import TrainConfig
-from ..train.mfu import matmul_peak, training_flops_per_token
+from ..train.mfu import flops_per_token, matmul_peak, training_flops_per_token
 from ..train.optim import build_optimizer
 from ..variants import build_model
 from .memory import live_state, peak_step_memory
@@ -47,7 +47,7 @@ class ThroughputRow:
     shape: str
     step_ms: float
     tokens_per_s: float
-    mfu: float  # of the measured matmul peak, with the standard model's FLOPs per token
+    mfu: float  # of the measured matmul peak, with the contender's own FLOPs per token (`flops_per_token`)
     peak_mib: float | None  # peak tensor memory of a training step (`peak_step_memory`); None: not measurable
 
 
@@ -91,13 +91,16 @@ def llama_throughput(*, d_model: int = 256, n_layers: int = 4, n_heads: int = 4,
         contenders["modformer standard, checkpointed"] = (recomputing, lambda out: out, False)
     if compiled:
         contenders["modformer standard, compiled"] = (build_model(cfg, seed=0), lambda out: out, True)
+    # Each contender's own FLOPs (MixiT computes no scores); the others are the standard model's.
+    flops = {name: training_flops_per_token(cfg, seq_len) for name in contenders}
     for name in variants:
-        contenders[f"modformer {name}"] = (build_model(replace(cfg, variant=name), seed=0), lambda out: out,
-                                              False)
+        built = replace(cfg, variant=name, mixer=VARIANTS[name].mixer or cfg.mixer)
+        contenders[f"modformer {name}"] = (build_model(built, seed=0), lambda out: out, False)
+        flops[f"modformer {name}"] = flops_per_token(built, seq_len)[0]
     for name in ("standard", *variants) if reference else ():
-        contenders[f"modformer {name}, reference"] = (build_model(reference_model_config(name, **sizes), seed=0),
-                                                      lambda out: out, False)
-    flops = training_flops_per_token(cfg, seq_len)
+        built = reference_model_config(name, **sizes)
+        contenders[f"modformer {name}, reference"] = (build_model(built, seed=0), lambda out: out, False)
+        flops[f"modformer {name}, reference"] = flops_per_token(built, seq_len)[0]
     rows = []
     for precision in precisions:
         peak = matmul_peak(precision)
@@ -107,7 +110,7 @@ def llama_throughput(*, d_model: int = 256, n_layers: int = 4, n_heads: int = 4,
         for name, seconds in times.items():
             rate = batch * seq_len / seconds
             rows.append(ThroughputRow(name, precision, f"{batch}x{seq_len}, d={d_model}, L={n_layers}",
-                                      1e3 * seconds, rate, rate * flops / peak, steps[name][1]()))
+                                      1e3 * seconds, rate, rate * flops[name] / peak, steps[name][1]()))
         rows.append(ThroughputRow("matmul peak (GFLOP/s)", precision, "2048^3", 0.0, peak / 1e9, 1.0, None))
     return rows
 

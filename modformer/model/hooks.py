@@ -5,6 +5,14 @@ dotted module name (`blocks.0.mixer.pattern`, `blocks.1.resid_post`) is the acti
 name. `capture(model, patterns)` records every matching activation of the next forward
 passes. Modules whose fast path skips materialising an activation (attention maps under
 `scaled_dot_product_attention`) ask `hook.active` and take the explicit path only then.
+
+A part of yours exposes an activation the same way: `self.pattern = HookPoint()` in its
+constructor and `weights = self.pattern(weights)` in forward (only when `self.pattern.active`
+if forming them costs). A mixer's hook point named `pattern`, yielding (B, heads, T, T)
+weights whose rows say how much each position reads from each other, is what
+`modformer attention`, `capture(model, "blocks.*.mixer.pattern")` and
+`train.induction_scores` read; a training that asks for induction scores of a model
+without it is refused before it starts (modformer/analysis/induction.py).
 """
 
 from __future__ import annotations

@@ -74,6 +74,10 @@ class MixingMixer(nn.Module):
         self.register_buffer("mixing", torch.zeros(n_heads, max_seq_len, max_seq_len))
         self.pattern = HookPoint()
 
+    @property
+    def causal(self) -> bool:  # read by the probe (modformer/model/probe.py)
+        return self.cfg.causal
+
     def init_parameters(self, std: float, generator: torch.Generator) -> None:
         with torch.no_grad():
             for proj in (self.v_proj, self.o_proj):

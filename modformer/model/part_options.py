@@ -1,8 +1,38 @@
-"""A part's own options: a part (a mixer or feed-forward module, ours or yours) that has
-options declares them as a dataclass `Options` beside it, with `option(default, help)` fields;
-the config gives them under `model.mixer_options` / `model.ffn_options`, checked like every
-other key (unknown key, wrong type: one line), and the part is called as `part(cfg, options)`.
-A part without `Options` is called as `part(cfg)` and takes no options.
+"""A part's own options, and the contract a part of yours keeps.
+
+A part (a mixer or feed-forward module, ours or yours) that has options declares them as a
+dataclass `Options` beside it, with fields declared by `option(default, help)` (from
+`modformer.configtools`, the same helper every config section of this library uses, so
+each option's documentation sits where it is declared). The config gives them under
+`model.mixer_options` / `model.ffn_options`, checked like every other key (unknown key,
+wrong type, the dataclass's own `__post_init__` raising ValueError: one line naming the key),
+and the part is called as `part(cfg, options)`; a part without `Options` is called as
+`part(cfg)` and takes no options. The run's config.yaml records every option resolved,
+defaults included (`resolved_options`), and run.json the part's import path and the
+version of the code that held it, so a run rebuilds the model it trained even after the
+part's defaults change. `modformer train --help CONFIG` and `modformer list --options`
+show every option with its type, default and help.
+
+The contract (what `build_model` and the probe before every training expect):
+- `cfg` is the resolved `ModelConfig`: read `cfg.d_model`, `cfg.n_heads`, `cfg.head_dim`,
+  `cfg.ffn_dim` (d_ff, or 4 d_model), `cfg.max_seq_len` (the task's length unless set),
+  `cfg.vocab_size`, `cfg.init_std`; the sections `cfg.attention`, `cfg.mixing` are ours.
+- forward maps x (B, T, d_model) to a tensor of the same shape and dtype. A mixer may also
+  take `forward(x, cache)` (a `LayerCache`) for cached generation; without it generation
+  recomputes the sequence. A mixer is causal (position t reads positions <= t) unless it
+  sets the attribute `causal = False`, which makes the whole model bidirectional.
+- internals worth reading go through `HookPoint`s (modformer/model/hooks.py): a mixer's
+  (B, heads, T, T) weights through a submodule named `pattern` are what `capture`,
+  `modformer attention` and `train.induction_scores` read.
+- initialisation (modformer/model/init.py), from the run's seed: an nn.Linear's weight is
+  redrawn Normal(0, model.init_std) and its bias zeroed; any other parameter of 2+
+  dimensions (a convolution's filter, a matrix of yours) is redrawn Normal(0, init_std) too,
+  which overwrites what the constructor set; vectors and scalars keep their constructor's
+  values (drawn from the run's seed). A part with its own scheme defines
+  `init_parameters(self, std, generator)`, and its whole subtree is left to it.
+- a part that raises while it is built, or whose signature does not take what it is called
+  with, is one ConfigError naming it (`make_part`); one that returns the wrong thing is
+  refused by the probe before anything is written (modformer/model/probe.py).
 
     @dataclass
     class ConvOptions:
@@ -16,16 +46,18 @@ A part without `Options` is called as `part(cfg)` and takes no options.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from torch import nn
 
-from ..configtools import from_dict
+from ..configtools import from_dict, to_dict
 from ..errors import ConfigError
 from ..registry import Registry
+from .probe import where
 
 # Where our own parts keep their options (sections of the model config, older than `Options`).
-_BUILT_IN_SECTIONS = {"attention": "model.attention", "mixing": "model.mixing"}
+BUILT_IN_SECTIONS = {"attention": "model.attention", "mixing": "model.mixing"}
 
 
 def part_options(registry: Registry, name: str, options: dict[str, Any] | None, key: str) -> Any | None:
@@ -35,15 +67,41 @@ def part_options(registry: Registry, name: str, options: dict[str, Any] | None, 
     cls = getattr(part, "Options", None)
     if cls is None:
         if options:
-            where = _BUILT_IN_SECTIONS.get(name)
+            where = BUILT_IN_SECTIONS.get(name)
             raise ConfigError(f"{key}: {registry.kind} '{name}' takes no options here"
                               + (f" (its options are the keys of {where})" if where else ""))
         return None
     return from_dict(cls, options or {}, key)
 
 
+def resolved_options(registry: Registry, name: str, options: dict[str, Any] | None, key: str) -> dict[str, Any]:
+    """Every option of part `name`, defaults filled in, as plain data (what config.yaml records);
+    {} for a part without options."""
+    checked = part_options(registry, name, options, key)
+    return {} if checked is None else to_dict(checked)
+
+
 def make_part(registry: Registry, name: str, options: dict[str, Any] | None, key: str, cfg) -> nn.Module:
-    """One instance of part `name`, called with the model config and, if it has them, its options."""
+    """One instance of part `name`, called with the model config and, if it has them, its
+    options. A part that declares `Options` but takes none, or that raises while it is built,
+    is one ConfigError naming it (and where it raised), not a traceback from inside the build."""
     checked = part_options(registry, name, options, key)
     part = registry[name]
-    return part(cfg) if checked is None else part(cfg, checked)
+    what = f"{registry.key}={name}"
+    args = (cfg,) if checked is None else (cfg, checked)
+    try:
+        signature = inspect.signature(part)
+        signature.bind(*args)
+    except TypeError:
+        call = "part(cfg, options), as it declares Options" if checked is not None else \
+            "part(cfg), as it declares no Options"
+        raise ConfigError(f"{what} is called as {call}, but its signature {signature} does not take that: "
+                          f"define __init__(self, cfg{', options' if checked is not None else ''})") from None
+    except ValueError:  # no signature to read (a builtin): let the call say
+        pass
+    try:
+        return part(*args)
+    except ConfigError:
+        raise
+    except Exception as e:
+        raise ConfigError(f"{what} raised {e.__class__.__name__} while building{where(e)}: {e}") from None

@@ -37,7 +37,7 @@ def plot_budget(sweep_dir: Path, path: Path, grid: dict[str, list], variants: li
     field = "amount" if by_budget else "width"
     others = [k for k in grid if k not in BUDGET_KEYS and (by_budget or k != WIDTH_KEY)]
     lines: dict[str, dict[float, list[float]]] = {}
-    unit, mark = "sequences", REFERENCE_WIDTH
+    unit, mark = "sequences", None
     for (variant, _), runs in groups.items():
         if variant not in variants:
             continue
@@ -45,8 +45,12 @@ def plot_budget(sweep_dir: Path, path: Path, grid: dict[str, list], variants: li
             b = run_budget(run_config(sweep_dir, run), run["summary"])
             if b is None or metric not in run["summary"]["test"]:
                 continue
+            # the paper's amount (or width) only for the paper's tasks (an older summary's budget is the paper's)
+            paper = b.get("paper", b["sequences"])
             if by_budget:
-                unit, mark = b.get("unit", "sequences"), b.get("paper", b["sequences"])
+                unit, mark = b.get("unit", "sequences"), paper
+            elif paper is not None:
+                mark = REFERENCE_WIDTH
             label = ", ".join([variant, *(f"{k}={run['point'][k]}" for k in others if k in run["point"])])
             x = b.get(field, b["sequences"])  # a summary from before budgets had units: sequences
             lines.setdefault(label, {}).setdefault(x, []).append(run["summary"]["test"][metric])
@@ -57,11 +61,11 @@ def plot_budget(sweep_dir: Path, path: Path, grid: dict[str, list], variants: li
     return f"Test {metric} against {what}, every grid point (mean over seeds, error bars: 95% interval)"
 
 
-def draw_curves(lines: dict[str, dict[float, list[float]]], field: str, mark: float, path: Path,
+def draw_curves(lines: dict[str, dict[float, list[float]]], field: str, mark: float | None, path: Path,
                 metric: str = "accuracy") -> None:
     """One line per label: the test `metric` (mean over its runs, 95% interval, clipped to the
     metric's range) at each x, with the paper's `field` ("sequences", "tokens" or "width")
-    marked at `mark`; x on a log scale."""
+    marked at `mark` (None: not the paper's task, nothing marked); x on a log scale."""
     low_bound, high_bound = metric_bounds(metric) or (-math.inf, math.inf)
     fig, ax = plt.subplots(figsize=(7, 4))
     for label, points in sorted(lines.items()):
@@ -70,7 +74,8 @@ def draw_curves(lines: dict[str, dict[float, list[float]]], field: str, mark: fl
         below = [0.0 if s.n < 2 else s.mean - max(s.low, low_bound) for s in stats]
         above = [0.0 if s.n < 2 else min(s.high, high_bound) - s.mean for s in stats]
         ax.errorbar(xs, [s.mean for s in stats], yerr=[below, above], marker="o", capsize=3, label=label)
-    ax.axvline(mark, color="grey", linestyle="--", label=f"the paper's {field} (~{mark:,})")
+    if mark is not None:
+        ax.axvline(mark, color="grey", linestyle="--", label=f"the paper's {field} (~{mark:,})")
     ax.set(xscale="log", xlabel="width (d_model)" if field == "width" else f"{field} trained on",
            ylabel=f"test {metric}")
     if math.isfinite(low_bound) and math.isfinite(high_bound):  # a bounded metric (accuracy): its whole range

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..configtools import apply_override, flatten
-from ..construction import PAPER_BUDGETS, REFERENCE_WIDTH, budget, trainer_of
+from ..construction import PAPER_BUDGETS, REFERENCE_WIDTH, budget, paper_budget
 from ..errors import ModformerError
 from ..files import atomic_write_text
 from ..stats import metric_bounds, summarize
@@ -119,17 +119,18 @@ def curve_points(sweep_dirs: Sequence[Path], where: Sequence[str] = (), axis: st
     return points
 
 
-def _paper_mark(sweep_dirs: Sequence[Path], axis: str) -> tuple[str, float]:
+def _paper_mark(sweep_dirs: Sequence[Path], axis: str) -> tuple[str, float | None]:
     """(x's unit, the paper's amount of it): its width, or the budget of the reference trainer
-    of the first sweep's runs (sequences, or tokens for language modelling)."""
-    if axis == "width":
-        return "width", REFERENCE_WIDTH
+    of the first sweep's runs (sequences, or tokens for language modelling); the amount is
+    None where those runs are not of one of the paper's tasks."""
     for run in read_results(Path(sweep_dirs[0])).values():
         config = run_config(Path(sweep_dirs[0]), run)
         if config is not None:
-            paper = PAPER_BUDGETS[trainer_of(config)]
-            return paper.unit, paper.amount
-    return "sequences", PAPER_BUDGETS["depth.py"].amount
+            paper = paper_budget(config)
+            if axis == "width":
+                return "width", None if paper is None else REFERENCE_WIDTH
+            return ("sequences", None) if paper is None else (paper.unit, paper.amount)
+    return ("width", REFERENCE_WIDTH) if axis == "width" else ("sequences", PAPER_BUDGETS["depth.py"].amount)
 
 
 def write_curve(sweep_dirs: Sequence[Path], out: Path, where: Sequence[str] = (), axis: str = "sequences",
@@ -143,13 +144,15 @@ def write_curve(sweep_dirs: Sequence[Path], out: Path, where: Sequence[str] = ()
     lines = [f"# {out.stem}: test {metric} against {unit}", "",
              f"From {', '.join(f'`{Path(d)}`' for d in sweep_dirs)}"
              + (f", runs with {', '.join(f'`{w}`' for w in where)}" if where else "")
-             + f"; the paper's {unit}: ~{mark:,}. Figure: [{out.name}]({out.name}).", "",
-             f"| variant | {unit} | fraction of the paper's | seeds | test {metric} (mean ± std [95% interval]) "
-             "| from |", "|---|---|---|---|---|---|"]
+             + (f"; the paper's {unit}: ~{mark:,}" if mark is not None else "")
+             + f". Figure: [{out.name}]({out.name}).", "",
+             f"| variant | {unit} |" + (" fraction of the paper's |" if mark is not None else "")
+             + f" seeds | test {metric} (mean ± std [95% interval]) | from |",
+             "|---" * (6 if mark is not None else 5) + "|"]
     for variant, xs in sorted(points.items()):
         for x, runs in sorted(xs.items()):
             stats = summarize([value for value, _ in runs])
-            lines.append(f"| {variant} | {x:,} | {x / mark:.3g} | {len(runs)} | "
+            lines.append(f"| {variant} | {x:,} |" + (f" {x / mark:.3g} |" if mark is not None else "") + f" {len(runs)} | "
                          f"{stats.format(bounds=metric_bounds(metric))} | {', '.join(sorted({d for _, d in runs}))} |")
     command = ["modformer curve", *map(str, sweep_dirs), *(f"--where {w}" for w in where),
                f"--x {axis}",

@@ -19,6 +19,7 @@ from ..construction import budget_text, construction_label
 from ..errors import ModformerError
 from ..figures import plt, save_figure
 from ..files import atomic_write_text
+from ..train.mfu import OWN
 from ..train.records import read_records
 from .budget_plot import plot_budget, run_budget
 from .runner import read_results, run_config
@@ -87,7 +88,18 @@ def _mfu(summaries: list[dict]) -> str:
     if not values:
         return "n/a"
     low, high = min(values), max(values)
-    return f"{low:.1%}" if f"{low:.1%}" == f"{high:.1%}" else f"{low:.1%}-{high:.1%}"
+    # * where some run counted the standard model's FLOPs, not its own (older summaries all did)
+    estimate = "*" if any(x["mfu"].get("flops_of") != OWN for x in summaries if "mfu" in x) else ""
+    return (f"{low:.1%}" if f"{low:.1%}" == f"{high:.1%}" else f"{low:.1%}-{high:.1%}") + estimate
+
+
+def _model_names(done: list[dict]) -> dict[str, str]:
+    """variant -> what its runs' summaries call the model, where all its runs agree (a grid over
+    model.mixer names the mixer in each setting instead); summaries older than the name are left out."""
+    seen: dict[str, set[str]] = defaultdict(set)
+    for r in done:
+        seen[r["variant"]].add(r["summary"].get("model", r["variant"]))
+    return {v: next(iter(names)) for v, names in seen.items() if len(names) == 1}
 
 
 def write_report(sweep_dir: str | Path) -> Path:
@@ -95,22 +107,25 @@ def write_report(sweep_dir: str | Path) -> Path:
     spec, done, failed = _load(sweep_dir)
     sw = spec["sweep"]
     metric, mode = sw["metric"], sw["mode"]
+    # Each variant under the name of what ran (a mixer of yours named: `variants.base.model_label`).
+    names = _model_names(done)
     groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for r in done:
-        groups[(r["variant"], point_label(r["point"]))].append(r)
+        groups[(names.get(r["variant"], r["variant"]), point_label(r["point"]))].append(r)
+    listed = [names.get(v, v) for v in sw["variants"]]
     chosen = choose(groups, metric, mode, len(sw["seeds"]))
-    variants = [v for v in sw["variants"] if v in chosen]
+    variants = [v for v in listed if v in chosen]
     incomplete = sorted(f"{v}/{p} ({len(r)} of {len(sw['seeds'])} seeds)" for (v, p), r in groups.items()
                         if len(r) < len(sw["seeds"]))
     points = [point_label(dict(zip(sw["grid"], values))) for values in itertools.product(*sw["grid"].values())]
-    unstarted = [f"{v}/{p}" for v in sw["variants"] for p in points if (v, p) not in groups]
+    unstarted = [f"{v}/{p}" for v in listed for p in points if (v, p) not in groups]
     model, task, train = spec.get("model", {}), spec.get("task", {}), spec.get("train", {})
 
     lines = [f"# Sweep report: {sweep_dir.name}", ""]
     lines += [f"Task `{task.get('name', 'condattend')}` ({', '.join(f'{k}={v}' for k, v in task.items() if k != 'name')}); "
               f"base model {', '.join(f'{k}={v}' for k, v in model.items()) or 'defaults'}; "
               f"training {', '.join(f'{k}={v}' for k, v in train.items()) or 'defaults'}.", ""]
-    lines += [f"Variants: {', '.join(sw['variants'])}. Seeds: {sw['seeds']}. The same grid for every variant: "
+    lines += [f"Variants: {', '.join(listed)}. Seeds: {sw['seeds']}. The same grid for every variant: "
               + (", ".join(f"`{k}` in {v}" for k, v in sw["grid"].items()) or "no grid (one setting)") + ".", ""]
     lines += [f"Each variant's setting is chosen by the mean validation {metric} ({mode}) over seeds; the test "
               f"set is reported only for that setting. Cells: mean ± std [95% t interval] over seeds "
@@ -137,10 +152,11 @@ def write_report(sweep_dir: str | Path) -> Path:
                      f"{_cell([x['test']['accuracy'] for x in s])} | {_cell([x['test']['loss'] for x in s], 'loss')} | "
                      f"{s[0]['parameters']['trainable']:,} | {summarize([x['tokens_per_s'] for x in s]).mean:,.0f} | "
                      f"{_mfu(s)} |")
-    lines += ["", "tokens/s: the mean over seeds; MFU: the range over seeds of the standard model's training "
-              "FLOPs per token times tokens/s, against a matrix-multiply peak in the run's precision measured in "
-              f"each run (`modformer.train.mfu`). Over every run of this sweep: MFU {_mfu([r['summary'] for r in done])}.",
-              ""]
+    lines += ["", "tokens/s: the mean over seeds; MFU: the range over seeds of the model's own training FLOPs per "
+              "token times tokens/s, against a matrix-multiply peak in the run's precision measured in each run "
+              "(`modformer.train.mfu`); * marks the standard model's FLOPs of the same sizes instead, an estimate for "
+              "a model whose parts' FLOPs are not known (a part of yours, knowledge reads). Over every run of this "
+              f"sweep: MFU {_mfu([r['summary'] for r in done])}.", ""]
 
     shown = {"accuracy", "loss"}
     extra = sorted({k for r in done for k, v in r["summary"]["test"].items() if isinstance(v, float)} - shown)
@@ -172,7 +188,7 @@ def write_report(sweep_dir: str | Path) -> Path:
             lines += [f"## Test accuracy per `{name}`, every setting", "",
                       "| variant | setting | " + " | ".join(f"{name}={v}" for v in values) + " |",
                       "|---" * (len(values) + 2) + "|"]
-            for (v, point), runs in grid_order(groups, sw["variants"], sw["grid"]):
+            for (v, point), runs in grid_order(groups, listed, sw["grid"]):
                 lines.append(f"| {v} | `{point}` | " + " | ".join(_slice_cell(runs, name, value) for value in values)
                              + " |")
             lines.append("")
@@ -180,7 +196,7 @@ def write_report(sweep_dir: str | Path) -> Path:
     lines += ["## The whole grid", "",
               f"| variant | setting | seeds | validation {metric} | test accuracy | trainable params | chosen |",
               "|---|---|---|---|---|---|---|"]
-    for (v, point), runs in grid_order(groups, sw["variants"], sw["grid"]):
+    for (v, point), runs in grid_order(groups, listed, sw["grid"]):
         lines.append(f"| {v} | `{point}` | {len(runs)} | {_cell([r['summary']['validation'][metric] for r in runs], metric)} | "
                      f"{_cell([r['summary']['test']['accuracy'] for r in runs])} | "
                      f"{runs[0]['summary']['parameters']['trainable']:,} | {'yes' if chosen.get(v) == point else ''} |")

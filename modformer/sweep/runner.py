@@ -27,9 +27,13 @@ from typing import Any, Callable
 
 import yaml
 
+from ..configtools import to_dict
 from ..errors import Interrupted, ModformerError
 from ..files import atomic_write_text
+from ..registry import TASKS
 from ..train.checkpoint import list_checkpoints
+from ..train.preflight import preflight
+from ..variants import build_model
 from ..train.records import read_records
 from .spec import RunSpec, Sweep
 
@@ -80,6 +84,7 @@ class SweepRunner:
         self._lock = threading.Lock()
         self._children: set[subprocess.Popen] = set()
         self._stopping = False
+        self._probed = False
 
     def _check_same_sweep(self) -> None:
         saved = self.out / "sweep.yaml"
@@ -170,8 +175,11 @@ class SweepRunner:
     def pending(self) -> tuple[list[RunSpec], list[RunSpec]]:
         """(every run, the unfinished ones): runs that finished unrecorded are recorded now,
         and runs that start from missing weights are refused before anything starts."""
-        self._check_same_sweep()
         runs = self.sweep.runs()
+        if not self._probed:  # once, before the sweep folder or any run exists
+            probe_runs(runs)
+            self._probed = True
+        self._check_same_sweep()
         records = read_results(self.out)
         unknown = sorted(set(records) - {run.run_id for run in runs})
         if unknown:  # e.g. an extended grid whose point names changed: its runs would be lost from the report
@@ -228,6 +236,22 @@ class SweepRunner:
         return checked_results(self.out)
 
 
+def probe_runs(runs: list[RunSpec]) -> None:
+    """Build each distinct model of the sweep's runs once (on the CPU, with its first run's
+    seed) and check it as `modformer train` does (modformer/train/preflight.py), so that a
+    part that returns the wrong thing fails the sweep at once, not in every worker."""
+    seen = set()
+    for run in runs:
+        model, task = run.config.model, run.config.task
+        key = json.dumps([to_dict(model), to_dict(task), run.config.train.induction_scores], sort_keys=True,
+                         default=repr)
+        if key in seen:
+            continue
+        seen.add(key)
+        built = TASKS[task.name](task)
+        preflight(run.config, build_model(model, run.config.train.seed), built.seq_len, built.vocab_size)
+
+
 def checked_results(out: Path) -> dict[str, dict[str, Any]]:
     """The results of a sweep whose launcher has finished; one clear error if some failed."""
     results = read_results(out)
@@ -259,7 +283,9 @@ def record_outcome(out: Path, base: dict[str, Any], code: int, log_path: Path,
     summary, or failed with the last line of its log. An interrupted run (130) saved its
     checkpoint and is not recorded: started again, it continues."""
     run_id, run_dir = base["run_id"], Path(out) / base["run_dir"]
-    if code == 0 and (run_dir / "summary.json").exists():
+    # A summary is written last (plots drawn): with one, the run is done, even if a Ctrl-C then
+    # made its process end with 130.
+    if code in (0, 130) and (run_dir / "summary.json").exists():
         summary = json.loads((run_dir / "summary.json").read_text())
         append_result(out, {**base, "status": "done", "summary": summary})
         echo(done_line(run_id, summary))

@@ -72,7 +72,12 @@ class RunSpec:
 
     @property
     def run_id(self) -> str:
-        return f"{self.variant}/{self.point_name}/seed{self.seed}"
+        return f"{file_safe(self.variant)}/{self.point_name}/seed{self.seed}"
+
+
+def file_safe(name: str) -> str:
+    """`name` with the characters unsafe in a file name (`:` of an import path, `/`) made `_`."""
+    return re.sub(r"[^A-Za-z0-9_.,=+-]", "_", name)
 
 
 def point_names(points: Sequence[Sequence[tuple[str, Any]]]) -> list[str]:
@@ -82,7 +87,7 @@ def point_names(points: Sequence[Sequence[tuple[str, Any]]]) -> list[str]:
     hash of the point's values instead (no plain name contains `~`); every other name is the
     plain one, as earlier versions named it, so their sweep folders resume."""
     def plain(point) -> str:
-        return re.sub(r"[^A-Za-z0-9_.,=+-]", "_", ",".join(f"{k}={v}" for k, v in point) or "default")
+        return file_safe(",".join(f"{k}={v}" for k, v in point) or "default")
 
     def hashed(point, name: str) -> str:
         exact = json.dumps([[k, v] for k, v in point], default=repr)  # tells None from "None", 1 from "1"
@@ -103,6 +108,11 @@ class Sweep:
         keys = list(self.spec.grid)
         points = [tuple(zip(keys, values)) for values in itertools.product(*(self.spec.grid[k] for k in keys))]
         names = point_names(points)
+        folders = Counter(file_safe(v) for v in self.spec.variants)
+        clash = [v for v in self.spec.variants if folders[file_safe(v)] > 1]
+        if clash:
+            raise ConfigError(f"sweep.variants {clash} would share the run folder '{file_safe(clash[0])}': name "
+                              f"one of them otherwise (an entry point, say)")
         out = []
         for variant in self.spec.variants:
             for i, point in enumerate(points):

@@ -1,9 +1,13 @@
 """Model FLOPs utilisation: a training's useful work per second against the machine's peak.
 
-The useful work is the standard model's training FLOPs per token, 6 N + 12 L T d (N: the
-matrix parameters of the blocks and the head, the embedding being a lookup; the second
-term is attention's scores and mixing over T tokens), whatever the variant: a Frozen-QK or
-MixiT run's MFU then says how much of the standard model's work per second it matches.
+The useful work is the model's training FLOPs per token, 6 N + c L T d (N: the matrix
+parameters of the blocks and the head, the embedding being a lookup; the second term the
+mixing over T tokens: c = 12 for attention's scores and weighted sum, 6 for MixiT's fixed
+mixing, which has no scores). It is the model's own count where its parts are ours and
+known (`flops_per_token`), and otherwise (a mixer or feed-forward module of yours, the
+knowledge variant's reads) the standard model's of the same sizes, labelled as such in
+`flops_of`: an estimate, since what such a part computes is not known here. Frozen parts
+count as trained ones (the usual convention: their input gradients are computed anyway).
 The peak is a square float32 (or bf16) matrix multiply timed on the same device and thread
 count as the training (on a CPU by the process's CPU time, so that other processes sharing
 the cores do not lower it), so the figure is about the machine the run ran on.
@@ -12,6 +16,7 @@ the cores do not lower it), so the figure is about the machine the run ran on.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import torch
 
@@ -63,13 +68,30 @@ def training_flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
     return 6 * matrix_params + 12 * L * seq_len * d
 
 
+# Our feed-forward modules and their matrices of d x d_ff.
+FFN_MATRICES = {"swiglu": 3, "shaped_leaky_glu": 3, "relu": 2, "gelu": 2, "silu": 2, "shaped_leaky_relu": 2}
+MIXER_COST = {"attention": 12, "mixing": 6}  # c of c L T d
+OWN, STANDARD = "this model's", "the standard model's of the same sizes (an estimate: this model's parts are not known)"
+
+
+def flops_per_token(cfg: ModelConfig, seq_len: int, *, builds_own_ffn: bool = False) -> tuple[float, str]:
+    """(training FLOPs per token, whose FLOPs they are: OWN or STANDARD), see the module's note.
+    `builds_own_ffn`: the variant builds other feed-forward modules than model.ffn (knowledge)."""
+    if cfg.mixer not in MIXER_COST or cfg.ffn not in FFN_MATRICES or builds_own_ffn:
+        return training_flops_per_token(cfg, seq_len), STANDARD
+    d, L = cfg.d_model, cfg.n_layers
+    mixer = 2 * d * d + (2 * d * cfg.head_dim * cfg.kv_heads if cfg.mixer == "attention" else 0)  # q, o (+ k, v)
+    matrix_params = L * (mixer + FFN_MATRICES[cfg.ffn] * d * cfg.ffn_dim) + d * cfg.vocab_size
+    return 6 * matrix_params + MIXER_COST[cfg.mixer] * L * seq_len * d, OWN
+
+
 def utilisation(cfg: ModelConfig, seq_len: int, tokens_per_s: float, precision: str,
-                device: torch.device, processes: int = 1) -> dict[str, float]:
-    """What a run's summary records: FLOPs per token, the peak measured now (per process,
-    a smaller multiply than `modformer bench`'s, and smaller still where one would take over
-    50 ms, so that every run can afford it) and the
-    MFU of `tokens_per_s` (tokens of all `processes` together) against that peak."""
-    flops = training_flops_per_token(cfg, seq_len)
+                device: torch.device, processes: int = 1, *, builds_own_ffn: bool = False) -> dict[str, Any]:
+    """What a run's summary records: FLOPs per token and whose they are (`flops_of`), the peak
+    measured now (per process, a smaller multiply than `modformer bench`'s, and smaller still
+    where one would take over 50 ms, so that every run can afford it) and the MFU of
+    `tokens_per_s` (tokens of all `processes` together)."""
+    flops, flops_of = flops_per_token(cfg, seq_len, builds_own_ffn=builds_own_ffn)
     peak = matmul_peak(precision, size=1024, repeats=3, device=device, seconds=0.05)
-    return {"flops_per_token": flops, "seq_len": seq_len, "matmul_peak_gflops": peak / 1e9,
+    return {"flops_per_token": flops, "flops_of": flops_of, "seq_len": seq_len, "matmul_peak_gflops": peak / 1e9,
             "mfu": tokens_per_s * flops / (peak * processes)}

@@ -20,7 +20,7 @@ import torch
 import yaml
 
 from ..analysis.induction import induction_scores, plot_induction_scores
-from ..config import RunConfig, config_from_dict
+from ..config import RunConfig, config_from_dict, part_versions
 from ..configtools import flatten
 from ..construction import budget, construction_label
 from ..errors import CheckpointError, ConfigError, Interrupted, ModformerError
@@ -28,9 +28,10 @@ from ..evaluate import checkpoint_file, evaluate
 from ..files import atomic_write_text, remove_stale_temporaries
 from ..lock import FolderLock, take_lock
 from ..precision import resolve_precision
-from ..registry import TASKS
+from ..registry import TASKS, VARIANTS
 from ..tasks.base import IGNORE
 from ..variants import build_model
+from ..variants.base import model_label
 from ..version import code_version, machine
 from .checkpoint import checkpoint_path, list_checkpoints, load_model_state, read_checkpoint, save_checkpoint
 from .distributed import init_world
@@ -38,6 +39,7 @@ from .loop import TrainingLoop, resolve_device
 from .mfu import utilisation
 from .optim import build_optimizer, schedule_description
 from .plots import plot_training_curves
+from .preflight import induction_half_len, preflight
 from .records import MetricsLog, NullMetricsLog
 from .tracking import RunInfo, check_installed, open_trackers
 
@@ -107,7 +109,8 @@ class Trainer(TrainingLoop):
         info_path = self.run_dir / "run.json"
         starts = json.loads(info_path.read_text()).get("starts", []) if self.resume and info_path.exists() else []
         starts.append({"command": self.command, "code_version": code_version(), "torch": torch.__version__,
-                       "machine": machine(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+                       "machine": machine(), "parts": part_versions(self.cfg),
+                       "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
         atomic_write_text(info_path, json.dumps({"starts": starts}, indent=2) + "\n")
 
     def _on_main(self, step: Callable[[], Any]) -> None:
@@ -204,6 +207,8 @@ class Trainer(TrainingLoop):
             source = checkpoint_file(Path(tc.init_from))
             load_model_state(self.model, {k: v.to(self.device) for k, v in read_checkpoint(source).model.items()},
                              source)
+        # Every part probed, and every analysis asked for checked, before anything is written.
+        preflight(cfg, self.model, self.task.seq_len, self.task.vocab_size, self.echo)
         # The held-out sets are drawn before timing starts, and before the run directory: data
         # that cannot be read (a text source offline, say) leaves no run behind.
         self.task.test_set()
@@ -298,11 +303,13 @@ class Trainer(TrainingLoop):
         summary = {
             "step": tc.steps,
             "variant": cfg.model.variant,
+            "model": model_label(cfg.model.variant, cfg.model.mixer),  # what ran: the variant, and a mixer of yours
             "task": cfg.task.name,
             "seed": tc.seed,
             "parameters": parameters,
             "tokens_per_s": tokens_per_s,
-            "mfu": utilisation(cfg.model, self._seq_len(), tokens_per_s, precision, self.device, self.world.size),
+            "mfu": utilisation(cfg.model, self._seq_len(), tokens_per_s, precision, self.device, self.world.size,
+                               builds_own_ffn=VARIANTS[cfg.model.variant].own_ffn is not None),
             "validation": self.last_eval,
             "test": {**test, **self.task.model_metrics(test, parameters)},
             "code_version": code_version(),
@@ -310,9 +317,9 @@ class Trainer(TrainingLoop):
             "budget": budget(cfg.to_dict()),
             "precision": precision,  # what `auto` chose here
         }
-        if self.world.main:
-            atomic_write_text(self.run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+        if self.world.main:  # the summary last: a run with one is done, its plots drawn (a sweep counts on it)
             self._plot()
+            atomic_write_text(self.run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
         return summary
 
     def _seq_len(self) -> int:
@@ -326,14 +333,14 @@ class Trainer(TrainingLoop):
 
     def _induction(self) -> torch.Tensor:
         """(n_layers, n_heads) induction scores on the same random tokens at every call."""
-        half_len = min(self.model.max_seq_len // 2, 64)
-        return induction_scores(self.model, vocab_size=self.task.vocab_size, half_len=half_len, batch=32,
+        return induction_scores(self.model, vocab_size=self.task.vocab_size,
+                                half_len=induction_half_len(self.model.max_seq_len), batch=32,
                                 generator=torch.Generator(self.device).manual_seed(self.cfg.train.seed))
 
     def _plot(self) -> None:
         if not self.metrics.path.exists():
             return
-        title = f"{self.cfg.model.variant} on {self.cfg.task.name}"
+        title = f"{model_label(self.cfg.model.variant, self.cfg.model.mixer)} on {self.cfg.task.name}"
         plot_training_curves(self.metrics.path, self.run_dir / "curves.png", title=title)
         scores = [(r["step"], r["scores"]) for r in self.metrics.records() if r.get("kind") == "induction"]
         if scores:

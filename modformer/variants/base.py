@@ -12,7 +12,7 @@ from ..freeze import freeze, freeze_all_but
 from ..model.config import ModelConfig
 from ..model.init import init_weights
 from ..model.transformer import Transformer
-from ..registry import VARIANTS
+from ..registry import MIXERS, VARIANTS
 
 
 @dataclass(frozen=True)
@@ -32,12 +32,21 @@ def same_model(a: Variant, b: Variant) -> bool:
     return a.build is b.build and a.freeze == b.freeze
 
 
+def model_label(variant: str, mixer: str) -> str:
+    """What ran, for reports and plots: the variant's name, and the mixer where it is not the one
+    the variant is known by (its own, or attention for a variant that takes any), so that a
+    standard model with a mixer of yours is never called plain 'standard':
+    'standard (mixer mypkg.conv:CausalConv)'."""
+    own = VARIANTS[variant].mixer or ModelConfig().mixer
+    return variant if MIXERS.same(mixer, own) else f"{variant} (mixer {mixer})"
+
+
 def build_model(cfg: ModelConfig, seed: int) -> Transformer:
     """Build, initialise (deterministically from `seed`) and freeze the configured variant."""
     if cfg.vocab_size is None or cfg.max_seq_len is None:
         raise ValueError("model.vocab_size and model.max_seq_len must be resolved (from the task) before building")
     variant = VARIANTS[cfg.variant]
-    if variant.mixer is not None and cfg.mixer != variant.mixer:
+    if variant.mixer is not None and not MIXERS.same(cfg.mixer, variant.mixer):
         # A config built in Python holds the default mixer unless told otherwise; another
         # one is refused, as `config_from_dict` refuses it.
         if cfg.mixer != ModelConfig().mixer:
