@@ -33,11 +33,30 @@ def on_files(files: Files, config) -> Files:
 
 
 def on_page_markdown(markdown: str, page, config, files: Files) -> str:
+    markdown = _lists_after_paragraphs(markdown)
     if page.file.src_uri == "cli.md":
         return markdown.replace(CLI_MARKER, command_reference())
     if page.file.src_uri.startswith("results/"):
         return _github_links(markdown, Path(page.file.src_uri).parent, files)
     return markdown
+
+
+LIST_ITEM = re.compile(r"^([-*+]|\d+\.) ")
+
+
+def _lists_after_paragraphs(markdown: str) -> str:
+    """A list right after a paragraph line, as GitHub reads it: Python-Markdown needs a blank
+    line before the list, and would otherwise run its items into the paragraph."""
+    out, fenced = [], False
+    for line in markdown.split("\n"):
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        previous = out[-1] if out else ""
+        if (not fenced and LIST_ITEM.match(line) and previous.strip() and not previous[0].isspace()
+                and not LIST_ITEM.match(previous) and not previous.startswith(("|", "#"))):
+            out.append("")
+        out.append(line)
+    return "\n".join(out)
 
 
 def _github_links(markdown: str, folder: Path, files: Files) -> str:
