@@ -1,6 +1,7 @@
-"""The tutorials of the documentation site (docs/tutorials/*.py, jupytext percent scripts) run
+"""The documentation: the site's tutorials (docs/tutorials/*.py, jupytext percent scripts) run
 as they are, from the repository root as a reader runs them, so that one whose code no longer
-works fails here. The site's build executes them again to show their outputs."""
+works fails here (the site's build executes them again to show their outputs); the README's
+links reach files. The rest of the site is checked by `mkdocs build --strict` (.ci/run)."""
 
 import os
 import runpy
@@ -41,3 +42,15 @@ def test_tutorial_runs(tutorial, tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert out.strip(), "a tutorial shows what it does"
     assert any(tmp_path.iterdir()), "a tutorial writes under the temporary folder only"
+
+
+def test_the_readme_links_reach_files():
+    """The README is read on the repository's page, not on the site, so the site's strict
+    build does not check it: every relative link of it must name a file of the checkout."""
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    targets = {t.split("#")[0] for t in re.findall(r"\]\(([^)\s]+)\)", readme) if "://" not in t}
+    missing = sorted(t for t in targets if t and not (ROOT / t).exists())
+    assert not missing, missing
+    assert "bash scripts/setup.sh && .venv/bin/python -m pytest -q" in (ROOT / ".ci" / "run").read_text()
