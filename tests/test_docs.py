@@ -13,6 +13,10 @@ import pytest
 
 ROOT = Path(__file__).parent.parent
 TUTORIALS = sorted((ROOT / "docs" / "tutorials").glob("*.py"))
+# Tutorials that run a sweep start a process per run (about 5 s of CPU each, most of it
+# importing torch): the slow tier, which CI runs, as it runs the other end-to-end sweeps,
+# keeps the README's test command within its time. The build runs every tutorial as well.
+SWEEPING = {"own_mixer", "main_verdict"}
 
 
 def test_every_tutorial_is_on_the_site():
@@ -20,7 +24,8 @@ def test_every_tutorial_is_on_the_site():
     assert TUTORIALS and all(f"tutorials/{t.name}" in nav for t in TUTORIALS)
 
 
-@pytest.mark.parametrize("tutorial", TUTORIALS, ids=[t.stem for t in TUTORIALS])
+@pytest.mark.parametrize("tutorial", [
+    pytest.param(t, id=t.stem, marks=[pytest.mark.slow] if t.stem in SWEEPING else []) for t in TUTORIALS])
 def test_tutorial_runs(tutorial, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(ROOT)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # what the tutorial writes goes here
