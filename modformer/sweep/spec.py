@@ -37,7 +37,10 @@ class SweepConfig:
     variants: list[str] = option(default_factory=lambda: ["standard"], help="variants to compare (model.variant)")
     grid: dict[str, list[Any]] = option(
         default_factory=dict, help="dotted config key -> values; the same grid is run for every variant")
-    seeds: list[int] = option(default_factory=lambda: [0, 1, 2], help="seeds of every (variant, grid point); at least 3")
+    seeds: list[int] = option(
+        default_factory=lambda: [0, 1, 2],
+        help="seeds of every (variant, grid point), distinct; fewer than 3 run, and the report warns that its "
+             "intervals then mean little")
     workers: int = option(1, "runs trained at once, each in its own process")
     metric: str = option("accuracy", "validation metric that chooses each variant's best grid point")
     mode: str = option("max", "max or min: whether a larger metric is better")

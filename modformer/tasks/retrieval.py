@@ -1,4 +1,5 @@
-"""Retrieval (`condattend_N`): find the value stored under a queried key.
+"""Retrieval, the task `condattend` (`task.n_pairs: N`; "condattend_N" in the results is
+shorthand for that setting, not a task name): find the value stored under a queried key.
 
 Format (the random-attention paper's reference format, vocabulary 512):
 

@@ -1,0 +1,61 @@
+"""The documentation: the site's tutorials (docs/tutorials/*.py, jupytext percent scripts) run
+as they are, from the repository root as a reader runs them, so that one whose code no longer
+works fails here (the site's build executes them again to show their outputs); the README's
+links reach files. The rest of the site is checked by `mkdocs build --strict` (.ci/run)."""
+
+import os
+import runpy
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parent.parent
+TUTORIALS = sorted((ROOT / "docs" / "tutorials").glob("*.py"))
+# Tutorials that run a sweep start a process per run (about 5 s of CPU each, most of it
+# importing torch): the slow tier, which CI runs, as it runs the other end-to-end sweeps,
+# keeps the README's test command within its time. The build runs every tutorial as well.
+SWEEPING = {"own_mixer", "main_verdict"}
+
+
+def test_every_tutorial_is_on_the_site():
+    nav = (ROOT / "mkdocs.yml").read_text()
+    assert TUTORIALS and all(f"tutorials/{t.name}" in nav for t in TUTORIALS)
+
+
+@pytest.mark.parametrize("tutorial", [
+    pytest.param(t, id=t.stem, marks=[pytest.mark.slow] if t.stem in SWEEPING else []) for t in TUTORIALS])
+def test_tutorial_runs(tutorial, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # what the tutorial writes goes here
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    # A tutorial may extend PYTHONPATH and sys.path for its own parts: both are put back after.
+    if "PYTHONPATH" in os.environ:
+        monkeypatch.setenv("PYTHONPATH", os.environ["PYTHONPATH"])
+    else:
+        monkeypatch.delenv("PYTHONPATH", raising=False)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    modules = set(sys.modules)
+    try:
+        runpy.run_path(str(tutorial), run_name="__main__")
+    finally:
+        for name in set(sys.modules) - modules:
+            if not name.startswith(("modformer", "torch", "matplotlib")):  # a tutorial's own parts
+                sys.modules.pop(name, None)
+    out = capsys.readouterr().out
+    assert out.strip(), "a tutorial shows what it does"
+    assert any(tmp_path.iterdir()), "a tutorial writes under the temporary folder only"
+
+
+def test_the_readme_links_reach_files():
+    """The README is read on the repository's page, not on the site, so the site's strict
+    build does not check it: every relative link of it must name a file of the checkout."""
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    targets = {t.split("#")[0] for t in re.findall(r"\]\(([^)\s]+)\)", readme) if "://" not in t}
+    missing = sorted(t for t in targets if t and not (ROOT / t).exists())
+    assert not missing, missing
+    assert "bash scripts/setup.sh && .venv/bin/python -m pytest -q" in (ROOT / ".ci" / "run").read_text()
