@@ -238,7 +238,7 @@ def _construction_section(sweep_dir: Path, variants: list[str], groups, chosen) 
     """Which construction each chosen setting used and what fraction of the paper's budget."""
     lines = ["## Construction and budget", "",
              "Construction: `reference` is the paper's reference code (`model.construction: reference`), "
-             "`corrected` our defaults (README.md, 'The reference construction'). Budget: what each run trained "
+             "`corrected` our defaults (docs/papers/random-attention.md, 'The reference construction'). Budget: what each run trained "
              "on and its width, against the paper's in its reference trainer's unit (`construction.PAPER_BUDGETS`: "
              "~10^5 steps of 128 sequences for the algorithmic tasks, the reference README's commands for "
              "language modelling, in tokens, and sentiment) at width 512.", "",
