@@ -96,8 +96,8 @@ for variant in ("standard", "frozen_qk", "mixit"):
 # from the longer budgets run after it:
 #
 # - **Standard agrees**: 99.96% ± 0.06, as the paper's 100%.
-# - **Frozen-QK does not reproduce** at up to 6.4% of the paper's budget: 49.1% ± 0.3,
-#   about 1/n, the same over a 16x longer budget and at widths up to the paper's 512.
+# - **Frozen-QK does not reproduce** at up to 25.6% of the paper's budget: 49.1% ± 0.3,
+#   about 1/n, the same over a 64x longer budget and at widths up to the paper's 512.
 # - **MixiT is unconverged**: 0.53% ± 0.37 here, but rising with budget (33.9% at 16x),
 #   so this budget cannot say where it ends.
 #
