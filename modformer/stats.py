@@ -31,12 +31,16 @@ class Summary:
     def high(self) -> float:
         return self.mean + self.half_width
 
+    def interval(self, bounds: tuple[float, float] | None = None) -> tuple[float, float]:
+        """The 95% interval, clipped to `bounds`, a metric's possible range (an accuracy's
+        [0, 1]): the t interval is symmetric and can reach past it when seeds disagree."""
+        return (self.low, self.high) if bounds is None else (max(self.low, bounds[0]), min(self.high, bounds[1]))
+
     def format(self, digits: int = 4, bounds: tuple[float, float] | None = None) -> str:
-        """`bounds` clips the interval to a metric's possible range (an accuracy's [0, 1]):
-        the t interval is symmetric and can reach past it when seeds disagree."""
+        """Mean ± std [interval clipped to `bounds`]."""
         if self.n < 2:
             return f"{self.mean:.{digits}f} (n=1)"
-        low, high = (self.low, self.high) if bounds is None else (max(self.low, bounds[0]), min(self.high, bounds[1]))
+        low, high = self.interval(bounds)
         return f"{self.mean:.{digits}f} ± {self.std:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
 
 

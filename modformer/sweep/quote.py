@@ -43,10 +43,6 @@ QUOTE = re.compile(r"<!--q (?P<spec>[^>]*?)-->(?P<value>.*?)<!--/q-->", re.S)
 FLAGS = {"ci", "mean", "seeds", "n"}
 
 
-def _parse_value(text: str) -> Any:
-    return yaml.safe_load(text)
-
-
 def _metric(run: dict[str, Any], path: str, folder: Path) -> float:
     """One run's value of a metric: a dotted path into its summary, or `induction.max`."""
     run_id, value = run["run_id"], run["summary"]
@@ -103,8 +99,7 @@ def _figure(values: list[float], kind: str, digits: int, flag: str | None, metri
         return f"{number} (one run)"
     text = f"{number} ± {s.std * scale:.{digits}f}"
     if flag == "ci":
-        bounds = metric_bounds(metric.rsplit(".", 1)[-1])
-        low, high = (s.low, s.high) if bounds is None else (max(s.low, bounds[0]), min(s.high, bounds[1]))
+        low, high = s.interval(metric_bounds(metric))
         text += f" [{low * scale:.{digits}f}, {high * scale:.{digits}f}]"
     return text
 
@@ -121,7 +116,7 @@ def render(spec: str, records: Records) -> str:
     where = {}
     while rest and "=" in rest[0]:
         key, value = rest.pop(0).split("=", 1)
-        where[key] = _parse_value(value)
+        where[key] = yaml.safe_load(value)
     if len(rest) not in (2, 3) or not re.fullmatch(r"[%.]\d", rest[1]):
         raise ModformerError(f"quote '{spec}': expected METRIC then %N or .N then at most one flag "
                              f"({', '.join(sorted(FLAGS))})")
