@@ -4,6 +4,7 @@ that conftest.py registers once for every test file that asks for `slurm_cluster
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -51,3 +52,26 @@ def _alive(pid: int) -> bool:
     except PermissionError:  # another user's process: alive
         return True
     return True
+
+
+def slurm_command(conf: str, *args: str, patience_s: float = 60.0) -> str:
+    """Run a Slurm client command against the test cluster and return its output.
+
+    A controller kept busy by a loaded 2-core machine can refuse a client for a while
+    ("Unable to contact slurm controller"); the command is retried for `patience_s`. If it
+    still fails, the assertion carries the daemons' states and the controller's logs, so a
+    failure in CI says whether the controller died or only stalled."""
+    end = time.monotonic() + patience_s
+    while True:
+        done = subprocess.run(list(args), capture_output=True, text=True, env={**os.environ, "SLURM_CONF": conf})
+        if done.returncode == 0:
+            return done.stdout
+        if "Unable to contact slurm controller" not in done.stderr or time.monotonic() > end:
+            break
+        time.sleep(1.0)
+    status = subprocess.run(["bash", str(SCRIPT), "status"], capture_output=True, text=True).stdout
+    logs = Path(conf).parent.parent / "log"
+    tails = "".join(f"\n--- {name} (last 30 lines) ---\n" + "\n".join(path.read_text(errors="replace").splitlines()[-30:])
+                    for name in ("slurmctld.log", "slurmctld.out") if (path := logs / name).exists())
+    raise AssertionError(f"{' '.join(args)} failed (exit {done.returncode}): {done.stderr.strip()}\n"
+                         f"daemons:\n{status}{tails}")

@@ -6,7 +6,6 @@ say why. The checks of gathering and status that need no cluster fake only the j
 """
 
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -22,6 +21,7 @@ from modformer.sweep import status as status_module
 from modformer.sweep.runner import SweepRunner, read_results
 from modformer.sweep.spec import load_sweep
 from modformer.sweep.status import format_status, run_statuses
+from slurm_cluster import slurm_command
 
 
 # 2 variants x 2 seeds; long enough (300 steps, a checkpoint every 25) that a job can be
@@ -75,7 +75,7 @@ def test_cancelled_and_resubmitted_slurm_sweep_equals_a_local_sweep(tmp_path, sl
                 break
         time.sleep(0.05)
     assert victim is not None, "no run wrote a checkpoint within 300 s"
-    subprocess.run(["scancel", jobs[victim]["job_id"]], check=True)
+    slurm_command(slurm_cluster, "scancel", jobs[victim]["job_id"])
 
     # Submitted again while the others may still run: none is submitted twice, and the sweep
     # is followed to its end; the cancelled run is recorded as such, then continues.
