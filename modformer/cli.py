@@ -181,7 +181,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         frozen = f"; freezes {', '.join(v.freeze)}" if v.freeze else ""
         print(f"  {name:<20}{v.description}{frozen}")
     print("constructions (model.construction): corrected (our defaults), reference (the random-attention "
-          "reference code's models and optimizer: README, 'The reference construction')")
+          "reference code's models and optimizer: docs/papers/random-attention.md, 'The reference construction')")
     for title, registry, options in (("mixers (model.mixer)", MIXERS, "model.mixer_options"),
                                      ("feed-forward modules (model.ffn)", FFNS, "model.ffn_options")):
         print(f"{title}: " + ", ".join(registry))

@@ -54,7 +54,7 @@ class ModelConfig:
     construction: str = option(
         "corrected", "corrected: our defaults, every option as written here; reference: the random-attention "
                      "reference code's construction (princeton-pli/MixiT) for the chosen variant and its optimizer "
-                     "settings, filled in for every key not set explicitly (README, 'The reference construction')")
+                     "settings, filled in for every key not set explicitly (docs/papers/random-attention.md, 'The reference construction')")
     reference_transformers: str = option(
         "v4.50", "the reading of the reference where its behaviour depends on the transformers version it runs "
                 "under: its sentiment classifier's attention is causal under 4.50-4.52 (v4.50, the default: the "
