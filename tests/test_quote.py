@@ -48,14 +48,16 @@ def test_quoted_figures_are_rewritten_from_the_records_and_checked(tmp_path, cap
                     f"{quoted('sweep standard train.lr=0.003 test.accuracy %1 n')} runs; "
                     f"one pair {quoted('sweep standard train.lr=0.01 test.slices.n_pairs.1.accuracy %0 mean')}; "
                     f"head {quoted('sweep standard train.lr=0.003 induction.max .2 seeds')}; "
-                    f"one run {quoted('sweep mixit test.accuracy %2')}\n")
-    assert len(quote_file(page)) == 7
+                    f"one run {quoted('sweep mixit test.accuracy %2')}; "
+                    f"seed 1 alone {quoted('sweep standard train.lr=0.003 seed=1 test.accuracy %1 mean')}\n")
+    assert len(quote_file(page)) == 8
     text = page.read_text()
     # mean 93.0, sample std 3.61, t(2) interval 93.0 +- 8.96, clipped to accuracy's 100%
     assert quoted("sweep standard train.lr=0.003 test.accuracy %1 ci", "93.0% ± 3.6 [84.0, 100.0]") in text
     assert ">90%, 92%, 97%<" in text and ">0.070<" in text and ">3<" in text and ">100%<" in text
     assert ">0.90, 0.80, 0.70<" in text  # the strongest head at each run's last evaluation, seed order
     assert ">1.10% (one run)<" in text
+    assert ">92.0%<" in text  # seed=1 picks that seed's run alone
     assert quote_file(page, check=True) == []
     assert main(["quote", str(page), "--check"]) == 0
 
@@ -69,6 +71,8 @@ def test_quoted_figures_are_rewritten_from_the_records_and_checked(tmp_path, cap
 @pytest.mark.parametrize("spec, message", [
     ("sweep standard test.accuracy %1", "holds 2 grid points"),  # two settings pooled as seeds: refused
     ("sweep frozen_qk test.accuracy %1", "no finished run of frozen_qk"),
+    ("sweep standard train.lr=0.003 seed=5 test.accuracy %1", "no finished run of standard"),
+    ("sweep standard seed=1 test.accuracy %1", "holds 2 grid points"),  # a seed of two settings
     ("other standard test.accuracy %1", "holds no sweep records"),
     ("sweep standard train.lr=0.003 test.bits %1", "records no 'test.bits'"),
     ("sweep standard train.lr=0.003 test.accuracy %1 best", "unknown flag 'best'"),

@@ -5,7 +5,8 @@ A quoted figure is written between two HTML comments, which Markdown does not sh
     <!--q retrieval_budget mixit train.steps=3200 test.accuracy %1 ci-->33.9% ± 5.0 [21.5, 46.2]<!--/q-->
 
 The opening comment names what the figure is: a sweep folder (relative to the Markdown
-file), a variant, any grid values that pick one point of its grid, a metric (a dotted path
+file), a variant, any grid values that pick one point of its grid (and `seed=N` to pick one
+seed's run, for a figure that names one seed), a metric (a dotted path
 into each run's `summary.json`, e.g. `test.accuracy` or `test.slices.n_pairs.3.accuracy`;
 or `induction.max`, the strongest head's induction score at the run's last evaluation, from
 its `metrics.jsonl`), and how to write it:
@@ -70,14 +71,15 @@ class Records:
 
     def runs(self, folder: str, variant: str, where: dict[str, Any]) -> list[dict[str, Any]]:
         """The seeds of one setting: the finished runs of `variant` in `folder` whose grid
-        point has the `where` values, refused where they hold two points or none."""
+        point has the `where` values (`seed` is the run's seed, not a grid key), refused
+        where they hold two points or none."""
         if folder not in self._runs:
             path = self.root / folder
             if not (path / "results.jsonl").is_file():
                 raise ModformerError(f"{path} holds no sweep records (results.jsonl)")
             self._runs[folder] = [r for r in read_results(path).values() if r["status"] == "done"]
         runs = [r for r in self._runs[folder] if r["variant"] == variant
-                and all(r["point"].get(k) == v for k, v in where.items())]
+                and all((r["seed"] if k == "seed" else r["point"].get(k)) == v for k, v in where.items())]
         points = sorted({repr(sorted(r["point"].items())) for r in runs})
         if not runs:
             raise ModformerError(f"{folder} has no finished run of {variant} at {where or 'any point'}")
