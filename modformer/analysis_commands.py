@@ -67,7 +67,7 @@ def _usage_command(args: argparse.Namespace) -> int:
                                                                                   args.block_len)
     usage = entry_usage(model, inputs[:args.examples], top_k=args.top)
     out = Path(args.out) if args.out else beside(args.source, "usage")
-    path = write_usage(usage, out)
+    path = write_usage(usage, out, source=args.source)
     print(markdown(usage) + f"\nwritten: {path}, {out / 'usage.png'}, {out / 'usage.json'}")
     return 0
 

@@ -53,6 +53,8 @@ def test_usage_command_writes_its_report(tiny_config, tmp_path):
     assert "entries ever active" in result.stdout
     usage = json.loads((tmp_path / "run" / "usage" / "usage.json").read_text())  # inputs: 2N + 2 = 10 tokens
     assert usage["tokens"] == 64 * 10 and len(usage["layers"]) == 2
+    assert usage["source"] == str(tmp_path / "run") and usage["code_version"].startswith("0.") and usage["machine"]
+    assert (tmp_path / "run" / "usage" / "usage.md").read_text().startswith(f"Made by modformer {usage['code_version']}")
     assert (tmp_path / "run" / "usage" / "usage.png").stat().st_size > 0
     assert_clean_error(modformer("usage", tmp_path / "missing"), "missing")
 

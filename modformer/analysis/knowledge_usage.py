@@ -26,6 +26,7 @@ from ..errors import ModformerError
 from ..files import atomic_write_text, output_folder
 from ..model.hooks import capture
 from ..model.knowledge import KnowledgeFFN
+from ..version import code_version, machine
 from .common import by_layer, evaluating, model_device, plt, save_figure
 
 SCORES = "blocks.*.ffn.scores"
@@ -133,9 +134,14 @@ def plot(usage: Usage, path: Path) -> None:
     save_figure(fig, path)
 
 
-def write_usage(usage: Usage, out: Path) -> Path:
+def write_usage(usage: Usage, out: Path, source: str | Path | None = None) -> Path:
+    """usage.json, usage.md and usage.png in `out`, each saying what made it (the run read,
+    modformer's code version and the machine)."""
     out = output_folder(out)
-    atomic_write_text(out / "usage.json", json.dumps(asdict(usage), indent=1))
-    atomic_write_text(out / "usage.md", markdown(usage) + "\n![usage](usage.png)\n")
+    made = {"source": None if source is None else str(source), "code_version": code_version(), "machine": machine()}
+    atomic_write_text(out / "usage.json", json.dumps({**made, **asdict(usage)}, indent=1))
+    head = (f"Made by modformer {made['code_version']} on {made['machine']}"
+            + (f", from `{source}`" if source is not None else "") + ".\n\n")
+    atomic_write_text(out / "usage.md", head + markdown(usage) + "\n![usage](usage.png)\n")
     plot(usage, out / "usage.png")
     return out / "usage.md"
