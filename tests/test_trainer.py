@@ -197,3 +197,30 @@ def test_a_bad_init_from_leaves_no_run_behind(tiny_config, tmp_path, init_from):
     with pytest.raises(ModformerError, match="not found" if init_from == "missing" else "does not fit this model"):
         run(tiny_config(f"train.init_from={tmp_path / init_from}"), tmp_path / "run")
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("task", ["condattend", "lm_like"])
+def test_the_loss_over_scored_rows_has_ignore_index_s_gradient_bit_for_bit(task):
+    """Task.loss normalises only the scored rows: the same loss (to float32's last bits) and
+    the same gradient, bit for bit, as cross-entropy with ignore_index over every row, so
+    trainings are unchanged by it; with every position scored it is that call itself."""
+    from types import SimpleNamespace
+
+    import torch.nn.functional as F
+
+    from modformer.tasks.base import IGNORE
+    gen = torch.Generator().manual_seed(0)
+    targets = torch.randint(0, 50, (64, 10), generator=gen)
+    if task == "condattend":  # one scored position per sequence, as retrieval scores
+        targets[:, :-1] = IGNORE
+    batch = SimpleNamespace(targets=targets)
+    logits = torch.randn(64, 10, 50, generator=gen, requires_grad=True)
+    for reduction in ("mean", "sum"):
+        ours = Retrieval.loss(None, logits, batch, reduction=reduction)
+        (g_ours,) = torch.autograd.grad(ours, logits)
+        plain = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE, reduction=reduction)
+        (g_plain,) = torch.autograd.grad(plain, logits)
+        assert torch.equal(g_ours, g_plain)
+        assert torch.allclose(ours, plain, rtol=1e-6, atol=0)
+        if task == "lm_like":
+            assert torch.equal(ours, plain)
