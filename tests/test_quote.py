@@ -94,7 +94,8 @@ def test_a_file_without_quotes_or_missing_is_refused(tmp_path):
     assert main(["quote", str(tmp_path / "missing.md")]) == 2
 
 
-@pytest.mark.parametrize("page", ["README.md", "results/random_attention/README.md", "docs/getting-started.md"])
+@pytest.mark.parametrize("page", ["README.md", "results/random_attention/README.md", "docs/getting-started.md",
+                                  "results/knowledge/README.md"])
 def test_the_committed_results_quote_their_records_exactly(page):
     """Every figure quoted in these pages is what its records give now."""
     assert quote_file(ROOT / page, check=True) == []
