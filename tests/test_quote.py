@@ -24,7 +24,7 @@ def sweep_folder(root: Path, runs) -> Path:
         (out / "runs" / run_id / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
         lines.append({"run_id": run_id, "variant": variant, "point": {"train.lr": lr}, "seed": seed, "status": "done",
                       "run_dir": f"runs/{run_id}",
-                      "summary": {"test": {"accuracy": accuracy, "loss": 1 - accuracy,
+                      "summary": {"test": {"accuracy": accuracy, "loss": 1 - accuracy, "examples": 12345,
                                            "slices": {"n_pairs": {"1": {"accuracy": 1.0}}}}}})
     (out / "results.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
     return out
@@ -49,8 +49,9 @@ def test_quoted_figures_are_rewritten_from_the_records_and_checked(tmp_path, cap
                     f"one pair {quoted('sweep standard train.lr=0.01 test.slices.n_pairs.1.accuracy %0 mean')}; "
                     f"head {quoted('sweep standard train.lr=0.003 induction.max .2 seeds')}; "
                     f"one run {quoted('sweep mixit test.accuracy %2')}; "
-                    f"seed 1 alone {quoted('sweep standard train.lr=0.003 seed=1 test.accuracy %1 mean')}\n")
-    assert len(quote_file(page)) == 8
+                    f"seed 1 alone {quoted('sweep standard train.lr=0.003 seed=1 test.accuracy %1 mean')}; "
+                    f"count {quoted('sweep standard train.lr=0.003 test.examples ,0 mean')}\n")
+    assert len(quote_file(page)) == 9
     text = page.read_text()
     # mean 93.0, sample std 3.61, t(2) interval 93.0 +- 8.96, clipped to accuracy's 100%
     assert quoted("sweep standard train.lr=0.003 test.accuracy %1 ci", "93.0% ± 3.6 [84.0, 100.0]") in text
@@ -58,6 +59,7 @@ def test_quoted_figures_are_rewritten_from_the_records_and_checked(tmp_path, cap
     assert ">0.90, 0.80, 0.70<" in text  # the strongest head at each run's last evaluation, seed order
     assert ">1.10% (one run)<" in text
     assert ">92.0%<" in text  # seed=1 picks that seed's run alone
+    assert ">12,345<" in text  # ,N: thousands separated
     assert quote_file(page, check=True) == []
     assert main(["quote", str(page), "--check"]) == 0
 
@@ -76,7 +78,7 @@ def test_quoted_figures_are_rewritten_from_the_records_and_checked(tmp_path, cap
     ("other standard test.accuracy %1", "holds no sweep records"),
     ("sweep standard train.lr=0.003 test.bits %1", "records no 'test.bits'"),
     ("sweep standard train.lr=0.003 test.accuracy %1 best", "unknown flag 'best'"),
-    ("sweep standard train.lr=0.003 test.accuracy 1", "expected METRIC then %N or .N"),
+    ("sweep standard train.lr=0.003 test.accuracy 1", "expected METRIC then %N, .N or ,N"),
 ])
 def test_a_quote_that_names_no_one_setting_is_refused(tmp_path, spec, message):
     sweep_folder(tmp_path, RUNS)

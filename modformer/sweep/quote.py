@@ -12,7 +12,8 @@ or `induction.max`, the strongest head's induction score at the run's last evalu
 its `metrics.jsonl`), and how to write it:
 
 - `%N`: a percentage with N decimals (`33.9% ± 5.0`: the mean and the standard deviation
-  over seeds, in points); `.N`: a plain number with N decimals (`5.568 ± 0.097`);
+  over seeds, in points); `.N`: a plain number with N decimals (`5.568 ± 0.097`); `,N`: the
+  same with thousands separated (`196,928`, for counts);
 - then, optionally, `ci` (the 95% t interval after it, clipped to the metric's range),
   `mean` (the mean alone), `seeds` (each seed's value, in seed order) or `n` (the number
   of runs).
@@ -91,18 +92,23 @@ class Records:
 
 def _figure(values: list[float], kind: str, digits: int, flag: str | None, metric: str) -> str:
     scale, unit = (100.0, "%") if kind == "%" else (1.0, "")
+    grouping = "," if kind == "," else ""
+
+    def write(v: float) -> str:
+        return f"{v * scale:{grouping}.{digits}f}"
+
     s = summarize(values)
-    number = f"{s.mean * scale:.{digits}f}{unit}"
+    number = write(s.mean) + unit
     if flag == "mean":
         return number
     if flag == "seeds":
-        return ", ".join(f"{v * scale:.{digits}f}{unit}" for v in values)
+        return ", ".join(write(v) + unit for v in values)
     if s.n < 2:
         return f"{number} (one run)"
-    text = f"{number} ± {s.std * scale:.{digits}f}"
+    text = f"{number} ± {write(s.std)}"
     if flag == "ci":
         low, high = s.interval(metric_bounds(metric))
-        text += f" [{low * scale:.{digits}f}, {high * scale:.{digits}f}]"
+        text += f" [{write(low)}, {write(high)}]"
     return text
 
 
@@ -119,8 +125,8 @@ def render(spec: str, records: Records) -> str:
     while rest and "=" in rest[0]:
         key, value = rest.pop(0).split("=", 1)
         where[key] = yaml.safe_load(value)
-    if len(rest) not in (2, 3) or not re.fullmatch(r"[%.]\d", rest[1]):
-        raise ModformerError(f"quote '{spec}': expected METRIC then %N or .N then at most one flag "
+    if len(rest) not in (2, 3) or not re.fullmatch(r"[%.,]\d", rest[1]):
+        raise ModformerError(f"quote '{spec}': expected METRIC then %N, .N or ,N then at most one flag "
                              f"({', '.join(sorted(FLAGS))})")
     metric, fmt, flag = rest[0], rest[1], rest[2] if len(rest) == 3 else None
     runs = records.runs(folder, variant, where)
