@@ -50,8 +50,10 @@ def test_quoted_figures_are_rewritten_from_the_records_and_checked(tmp_path, cap
                     f"head {quoted('sweep standard train.lr=0.003 induction.max .2 seeds')}; "
                     f"one run {quoted('sweep mixit test.accuracy %2')}; "
                     f"seed 1 alone {quoted('sweep standard train.lr=0.003 seed=1 test.accuracy %1 mean')}; "
-                    f"count {quoted('sweep standard train.lr=0.003 test.examples ,0 mean')}\n")
-    assert len(quote_file(page)) == 9
+                    f"count {quoted('sweep standard train.lr=0.003 test.examples ,0 mean')}; "
+                    f"from {quoted('sweep standard train.lr=0.003 test.accuracy %0 range')} "
+                    f"(top {quoted('sweep standard train.lr=0.003 test.loss .2 max')})\n")
+    assert len(quote_file(page)) == 11
     text = page.read_text()
     # mean 93.0, sample std 3.61, t(2) interval 93.0 +- 8.96, clipped to accuracy's 100%
     assert quoted("sweep standard train.lr=0.003 test.accuracy %1 ci", "93.0% ± 3.6 [84.0, 100.0]") in text
@@ -60,6 +62,7 @@ def test_quoted_figures_are_rewritten_from_the_records_and_checked(tmp_path, cap
     assert ">1.10% (one run)<" in text
     assert ">92.0%<" in text  # seed=1 picks that seed's run alone
     assert ">12,345<" in text  # ,N: thousands separated
+    assert ">90-97%<" in text and ">0.10<" in text  # the seeds' range; the largest loss (1 - 0.90)
     assert quote_file(page, check=True) == []
     assert main(["quote", str(page), "--check"]) == 0
 

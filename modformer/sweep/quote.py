@@ -15,8 +15,9 @@ its `metrics.jsonl`), and how to write it:
   over seeds, in points); `.N`: a plain number with N decimals (`5.568 ± 0.097`); `,N`: the
   same with thousands separated (`196,928`, for counts);
 - then, optionally, `ci` (the 95% t interval after it, clipped to the metric's range),
-  `mean` (the mean alone), `seeds` (each seed's value, in seed order) or `n` (the number
-  of runs).
+  `mean` (the mean alone), `seeds` (each seed's value, in seed order), `min` or `max` (the
+  smallest or largest seed's value), `range` (both: `0.83-0.98`, `26.9-28.4%`) or `n` (the
+  number of runs).
 
 `modformer quote FILE` rewrites every quoted figure from the records; `--check` changes
 nothing and fails naming each figure that the records no longer give, so that a figure in
@@ -42,7 +43,7 @@ from ..train.records import read_records
 from .runner import read_results
 
 QUOTE = re.compile(r"<!--q (?P<spec>[^>]*?)-->(?P<value>.*?)<!--/q-->", re.S)
-FLAGS = {"ci", "mean", "seeds", "n"}
+FLAGS = {"ci", "mean", "seeds", "min", "max", "range", "n"}
 
 
 def _metric(run: dict[str, Any], path: str, folder: Path) -> float:
@@ -103,6 +104,10 @@ def _figure(values: list[float], kind: str, digits: int, flag: str | None, metri
         return number
     if flag == "seeds":
         return ", ".join(write(v) + unit for v in values)
+    if flag in ("min", "max"):
+        return write(min(values) if flag == "min" else max(values)) + unit
+    if flag == "range":
+        return f"{write(min(values))}-{write(max(values))}{unit}"
     if s.n < 2:
         return f"{number} (one run)"
     text = f"{number} ± {write(s.std)}"
