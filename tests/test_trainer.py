@@ -1,11 +1,14 @@
 import json
 import os
 import shutil
+from types import SimpleNamespace
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from modformer.errors import ModformerError, TrainingDiverged
+from modformer.tasks.base import IGNORE
 from modformer.tasks.retrieval import Retrieval
 from modformer.train.checkpoint import list_checkpoints, read_checkpoint
 from modformer.train.records import read_records
@@ -204,11 +207,6 @@ def test_the_loss_over_scored_rows_has_ignore_index_s_gradient_bit_for_bit(task)
     """Task.loss normalises only the scored rows: the same loss (to float32's last bits) and
     the same gradient, bit for bit, as cross-entropy with ignore_index over every row, so
     trainings are unchanged by it; with every position scored it is that call itself."""
-    from types import SimpleNamespace
-
-    import torch.nn.functional as F
-
-    from modformer.tasks.base import IGNORE
     gen = torch.Generator().manual_seed(0)
     targets = torch.randint(0, 50, (64, 10), generator=gen)
     if task == "condattend":  # one scored position per sequence, as retrieval scores
@@ -216,7 +214,7 @@ def test_the_loss_over_scored_rows_has_ignore_index_s_gradient_bit_for_bit(task)
     batch = SimpleNamespace(targets=targets)
     logits = torch.randn(64, 10, 50, generator=gen, requires_grad=True)
     for reduction in ("mean", "sum"):
-        ours = Retrieval.loss(None, logits, batch, reduction=reduction)
+        ours = Retrieval.loss(None, logits, batch, reduction=reduction)  # (the loss reads no task state)
         (g_ours,) = torch.autograd.grad(ours, logits)
         plain = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE, reduction=reduction)
         (g_plain,) = torch.autograd.grad(plain, logits)
