@@ -60,17 +60,22 @@ def _timed_multiply(a: torch.Tensor, b: torch.Tensor, device: torch.device) -> f
     return min(wall, cpu / torch.get_num_threads())
 
 
-def training_flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
-    """The standard model's forward and backward FLOPs per token at sequence length `seq_len`."""
-    d, L = cfg.d_model, cfg.n_layers
-    per_block = 2 * d * d + 2 * d * cfg.head_dim * cfg.kv_heads + 3 * d * cfg.ffn_dim  # q, o, k, v, SwiGLU
-    matrix_params = L * per_block + d * cfg.vocab_size  # the head; the embedding is a lookup
-    return 6 * matrix_params + 12 * L * seq_len * d
-
-
 # Our feed-forward modules and their matrices of d x d_ff.
 FFN_MATRICES = {"swiglu": 3, "shaped_leaky_glu": 3, "relu": 2, "gelu": 2, "silu": 2, "shaped_leaky_relu": 2}
 MIXER_COST = {"attention": 12, "mixing": 6}  # c of c L T d
+
+
+def _flops(cfg: ModelConfig, seq_len: int, mixer: str, ffn_matrices: int) -> float:
+    """6 N + c L T d for blocks of `mixer` and a feed-forward module of `ffn_matrices` d x d_ff matrices."""
+    d, L = cfg.d_model, cfg.n_layers
+    mixing = 2 * d * d + (2 * d * cfg.head_dim * cfg.kv_heads if mixer == "attention" else 0)  # q, o (+ k, v)
+    matrix_params = L * (mixing + ffn_matrices * d * cfg.ffn_dim) + d * cfg.vocab_size  # the head; the embedding is a lookup
+    return 6 * matrix_params + MIXER_COST[mixer] * L * seq_len * d
+
+
+def training_flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
+    """The standard model's forward and backward FLOPs per token at sequence length `seq_len`."""
+    return _flops(cfg, seq_len, "attention", FFN_MATRICES["swiglu"])
 OWN, STANDARD = "this model's", "the standard model's of the same sizes (an estimate: this model's parts are not known)"
 
 
@@ -79,10 +84,7 @@ def flops_per_token(cfg: ModelConfig, seq_len: int, *, builds_own_ffn: bool = Fa
     `builds_own_ffn`: the variant builds other feed-forward modules than model.ffn (knowledge)."""
     if cfg.mixer not in MIXER_COST or cfg.ffn not in FFN_MATRICES or builds_own_ffn:
         return training_flops_per_token(cfg, seq_len), STANDARD
-    d, L = cfg.d_model, cfg.n_layers
-    mixer = 2 * d * d + (2 * d * cfg.head_dim * cfg.kv_heads if cfg.mixer == "attention" else 0)  # q, o (+ k, v)
-    matrix_params = L * (mixer + FFN_MATRICES[cfg.ffn] * d * cfg.ffn_dim) + d * cfg.vocab_size
-    return 6 * matrix_params + MIXER_COST[cfg.mixer] * L * seq_len * d, OWN
+    return _flops(cfg, seq_len, cfg.mixer, FFN_MATRICES[cfg.ffn]), OWN
 
 
 def utilisation(cfg: ModelConfig, seq_len: int, tokens_per_s: float, precision: str,
