@@ -6,6 +6,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -54,13 +55,22 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def cluster_report(conf: str) -> str:
+    """The daemons' states and the controller's last log lines: what a failing Slurm test
+    shows, so that a failure in CI says whether the controller died or only stalled."""
+    status = subprocess.run(["bash", str(SCRIPT), "status"], capture_output=True, text=True).stdout
+    logs = Path(conf).parent.parent / "log"
+    tails = "".join(f"\n--- {name} (last 30 lines) ---\n" + "\n".join(path.read_text(errors="replace").splitlines()[-30:])
+                    for name in ("slurmctld.log", "slurmctld.out", "slurmd.log") if (path := logs / name).exists())
+    return f"daemons:\n{status}{tails}"
+
+
 def slurm_command(conf: str, *args: str, patience_s: float = 60.0) -> str:
     """Run a Slurm client command against the test cluster and return its output.
 
     A controller kept busy by a loaded 2-core machine can refuse a client for a while
     ("Unable to contact slurm controller"); the command is retried for `patience_s`. If it
-    still fails, the assertion carries the daemons' states and the controller's logs, so a
-    failure in CI says whether the controller died or only stalled."""
+    still fails, the assertion carries `cluster_report`."""
     end = time.monotonic() + patience_s
     while True:
         done = subprocess.run(list(args), capture_output=True, text=True, env={**os.environ, "SLURM_CONF": conf})
@@ -69,9 +79,18 @@ def slurm_command(conf: str, *args: str, patience_s: float = 60.0) -> str:
         if "Unable to contact slurm controller" not in done.stderr or time.monotonic() > end:
             break
         time.sleep(1.0)
-    status = subprocess.run(["bash", str(SCRIPT), "status"], capture_output=True, text=True).stdout
-    logs = Path(conf).parent.parent / "log"
-    tails = "".join(f"\n--- {name} (last 30 lines) ---\n" + "\n".join(path.read_text(errors="replace").splitlines()[-30:])
-                    for name in ("slurmctld.log", "slurmctld.out") if (path := logs / name).exists())
     raise AssertionError(f"{' '.join(args)} failed (exit {done.returncode}): {done.stderr.strip()}\n"
-                         f"daemons:\n{status}{tails}")
+                         f"{cluster_report(conf)}")
+
+
+def wait_until(conf: str, ready: Callable[[], bool], patience_s: float, what: Callable[[], str]) -> None:
+    """Poll `ready` until it holds; after `patience_s` fail with `what()` and `cluster_report`.
+
+    The patience is generous (minutes): on a loaded 2-core machine a cancelled job can stay
+    COMPLETING, or the controller unanswering, for a minute or more, and a test that waits
+    less fails on load, not on modformer."""
+    end = time.monotonic() + patience_s
+    while not ready():
+        if time.monotonic() > end:
+            raise AssertionError(f"{what()} within {patience_s:.0f} s\n{cluster_report(conf)}")
+        time.sleep(0.5)

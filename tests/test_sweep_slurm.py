@@ -21,7 +21,7 @@ from modformer.sweep import status as status_module
 from modformer.sweep.runner import SweepRunner, read_results
 from modformer.sweep.spec import load_sweep
 from modformer.sweep.status import format_status, run_statuses
-from slurm_cluster import slurm_command
+from slurm_cluster import slurm_command, wait_until
 
 
 # 2 variants x 2 seeds; long enough (300 steps, a checkpoint every 25) that a job can be
@@ -79,10 +79,17 @@ def test_cancelled_and_resubmitted_slurm_sweep_equals_a_local_sweep(tmp_path, sl
 
     # Submitted again while the others may still run: none is submitted twice, and the sweep
     # is followed to its end; the cancelled run is recorded as such, then continues.
-    deadline = time.time() + 60
-    while slurm_module.job_states(out, {victim: jobs[victim]})[victim] in slurm_module.LIVE:
-        assert time.time() < deadline, "the cancelled job did not end within 60 s"
-        time.sleep(0.2)
+    seen = []  # (seconds since the cancel, state) at each change, for the failure message
+
+    def ended() -> bool:
+        state = slurm_module.job_states(out, {victim: jobs[victim]})[victim]
+        if not seen or seen[-1][1] != state:
+            seen.append((round(time.time() - cancelled, 1), state))
+        return state not in slurm_module.LIVE
+
+    cancelled = time.time()
+    wait_until(slurm_cluster, ended, 300, lambda: f"the cancelled job {jobs[victim]['job_id']} did not end "
+                                                 f"(states seen, by seconds since the cancel: {seen})")
     assert dict((r, s) for r, s, _ in run_statuses(out))[victim] == "cancelled"
     log = []
     results = slurm_module.SlurmLauncher(SweepRunner(load_sweep(path), out, echo=log.append), wait=True).launch()

@@ -19,7 +19,7 @@ from modformer.sweep import slurm as slurm_module
 from modformer.sweep.runner import SweepRunner
 from modformer.sweep.spec import load_sweep
 from modformer.sweep.status import run_statuses
-from slurm_cluster import SCRIPT
+from slurm_cluster import SCRIPT, wait_until
 from test_sweep_slurm import SWEEP, comparable, curves, write
 
 
@@ -78,10 +78,8 @@ def test_an_outage_and_two_submitters_never_train_a_run_twice(tmp_path, slurm_cl
         assert slurm_module.live_runs(out, lost_after_s=1) == list(jobs)
     finally:
         restart_cluster()  # cancels the held jobs: this cluster's start cancels what its state kept
-    deadline = time.time() + 60
-    while set(slurm_module.job_states(out, jobs).values()) != {"CANCELLED"}:
-        assert time.time() < deadline, slurm_module.job_states(out, jobs)
-        time.sleep(0.5)
+    wait_until(slurm_cluster, lambda: set(slurm_module.job_states(out, jobs).values()) == {"CANCELLED"}, 300,
+               lambda: f"the held jobs were not all cancelled: {slurm_module.job_states(out, jobs)}")
 
     # Submitted again, released at once and followed: the cancellation is gathered, and each
     # run trained once, as the same sweep trained locally.
