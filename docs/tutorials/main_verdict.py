@@ -96,10 +96,12 @@ for variant in ("standard", "frozen_qk", "mixit"):
 # from the longer budgets run after it:
 #
 # - **Standard agrees**: 99.96% ± 0.06, as the paper's 100%.
-# - **Frozen-QK does not reproduce** at up to 25.6% of the paper's budget: 49.1% ± 0.3,
-#   about 1/n, the same over a 64x longer budget and at widths up to the paper's 512.
-# - **MixiT is unconverged**: 0.53% ± 0.37 here, but rising with budget (33.9% at 16x),
-#   so this budget cannot say where it ends.
+# - **Frozen-QK does not reproduce** at the paper's whole budget at width 64: 49.1% ± 0.3
+#   here, about 1/n, and the same over a 250x longer budget (49.8% ± 0.9 at the paper's
+#   12.8 million sequences); at widths up to the paper's 512 too, at 0.8% of it.
+# - **MixiT is not decided**: 0.53% ± 0.37 here, rising with budget (33.9% at 16x), and
+#   at the paper's whole budget its seeds split (one of three solves the task, two answer
+#   at 1/n: 65.7% ± 29.7), so more seeds are needed to say where it ends.
 #
 # `modformer report DIR` redraws any report from its records; to grow the sweep (more
 # seeds, a longer budget as another `train.steps` value) run the same file with the new
