@@ -146,8 +146,7 @@ def _check_positions(seen, k: int, T: int, causal: bool) -> list[str]:
     warnings = []
     for role, what, given, output in seen:
         same_before = _differs(given[0, :k], given[1, :k]) == 0
-        change = _differs(output[0, :k], output[1, :k])
-        if causal and same_before and change > TOLERANCE:
+        if causal and same_before and (change := _differs(output[0, :k], output[1, :k])) > TOLERANCE:
             raise ConfigError(f"{what} is not causal: changing the token at position {k} of {T} changed its output "
                               f"at earlier positions (by {change:.3g} relative), in a causal model (a part that is "
                               f"bidirectional on purpose sets the attribute `causal = False`)")

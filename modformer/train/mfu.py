@@ -76,6 +76,8 @@ def _flops(cfg: ModelConfig, seq_len: int, mixer: str, ffn_matrices: int) -> flo
 def training_flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
     """The standard model's forward and backward FLOPs per token at sequence length `seq_len`."""
     return _flops(cfg, seq_len, "attention", FFN_MATRICES["swiglu"])
+
+
 OWN, STANDARD = "this model's", "the standard model's of the same sizes (an estimate: this model's parts are not known)"
 
 
