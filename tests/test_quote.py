@@ -92,6 +92,51 @@ def test_a_quote_that_names_no_one_setting_is_refused(tmp_path, spec, message):
     assert page.read_text() == quoted(spec)
 
 
+BENCH_ROWS = [{"contender": "modformer standard", "precision": "fp32", "tokens_per_s": 7200.0, "mfu": 0.551},
+              {"contender": "modformer mixit", "precision": "fp32", "tokens_per_s": 9360.0, "mfu": 0.6},
+              {"contender": "modformer standard", "precision": "bf16", "tokens_per_s": 14000.0, "mfu": 0.196},
+              {"contender": "modformer mixit", "precision": "bf16", "tokens_per_s": 23100.0, "mfu": 0.27}]
+
+
+def bench_record(root: Path, version="0.1.0+94744d14d6cd", rows=BENCH_ROWS) -> None:
+    record = {"code_version": version, "machine": "Some CPU, 2 CPUs, AVX512", "rows": rows}
+    (root / "bench.json").write_text(json.dumps(record if version is not None else rows))
+
+
+def test_a_benchmark_figure_is_one_row_of_its_record_or_a_ratio_of_two(tmp_path):
+    bench_record(tmp_path)
+    page = tmp_path / "README.md"
+    specs = ['bench.json contender="modformer mixit" precision=fp32 tokens_per_s ,0',
+             'bench.json "contender=modformer mixit" precision=bf16 mfu %1',
+             'bench.json "contender=modformer mixit" precision=bf16 tokens_per_s .2 over "contender=modformer standard"']
+    page.write_text(" ".join(quoted(spec) for spec in specs) + "\n")
+    assert len(quote_file(page)) == 3
+    text = page.read_text()
+    assert ">9,360<" in text and ">27.0%<" in text
+    assert ">1.65<" in text  # 23,100 / 14,000: the row 'over' names keeps the first's precision
+    assert quote_file(page, check=True) == []
+
+
+@pytest.mark.parametrize("version, spec, message", [
+    (None, "bench.json contender=x mfu %1", "names no code version or machine"),  # an older list of rows
+    ("0.1.0", "bench.json precision=fp32 mfu %1", "not by a clean commit"),  # made outside a checkout
+    ("0.1.0+94744d14d6cd-dirty", "bench.json precision=fp32 mfu %1", "not by a clean commit"),
+    ("0.1.0+94744d14d6cd", "bench.json precision=fp32 mfu %1", "2 rows with precision=fp32"),
+    ("0.1.0+94744d14d6cd", '"bench.json" "contender=modformer llama" mfu %1', "no row with contender=modformer llama"),
+    ("0.1.0+94744d14d6cd", '"bench.json" "contender=modformer mixit" precision=fp32 contender %1', "no number 'contender'"),
+    ("0.1.0+94744d14d6cd", '"bench.json" "contender=modformer mixit" precision=fp32 mfu %1 over', "'over' takes only"),
+    ("0.1.0+94744d14d6cd", '"bench.json" "contender=modformer mixit" precision=fp32 mfu 1', "expected FILE.json"),
+    ("0.1.0+94744d14d6cd", "other.json precision=fp32 mfu %1", "does not exist"),
+])
+def test_a_benchmark_figure_from_an_unversioned_record_or_no_one_row_is_refused(tmp_path, version, spec, message):
+    bench_record(tmp_path, version)
+    page = tmp_path / "README.md"
+    page.write_text(quoted(spec))
+    with pytest.raises(ModformerError, match=message):
+        quote_file(page)
+    assert page.read_text() == quoted(spec)
+
+
 def test_a_file_without_quotes_or_missing_is_refused(tmp_path):
     (tmp_path / "plain.md").write_text("no figures\n")
     with pytest.raises(ModformerError, match="quotes no figure"):
@@ -100,7 +145,7 @@ def test_a_file_without_quotes_or_missing_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize("page", ["README.md", "results/random_attention/README.md", "docs/getting-started.md",
-                                  "results/knowledge/README.md"])
+                                  "results/knowledge/README.md", "results/bench/README.md"])
 def test_the_committed_results_quote_their_records_exactly(page):
     """Every figure quoted in these pages is what its records give now."""
     assert quote_file(ROOT / page, check=True) == []

@@ -1,4 +1,4 @@
-"""Figures quoted in a Markdown file, recomputed from the sweep records beside it.
+"""Figures quoted in a Markdown file, recomputed from the sweep and benchmark records beside it.
 
 A quoted figure is written between two HTML comments, which Markdown does not show:
 
@@ -19,6 +19,16 @@ its `metrics.jsonl`), and how to write it:
   smallest or largest seed's value), `range` (both: `0.83-0.98`, `26.9-28.4%`) or `n` (the
   number of runs).
 
+A benchmark's figure names its JSON record (a path ending in `.json`), the values of text
+fields that pick one row, a numeric field and a format, and optionally `over` and the
+field values that pick a second row to divide by:
+
+    <!--q ../bench/llama_throughput.json contender="modformer mixit" precision=fp32 tokens_per_s ,0-->9,346<!--/q-->
+    <!--q ../bench/llama_throughput.json "contender=modformer mixit" precision=fp32 tokens_per_s .2 over "contender=modformer standard"-->1.30<!--/q-->
+
+(the second row keeps every field value of the first that `over` does not name). A
+record that names no clean commit or no machine is refused (`modformer.bench.records`).
+
 `modformer quote FILE` rewrites every quoted figure from the records; `--check` changes
 nothing and fails naming each figure that the records no longer give, so that a figure in
 a results README can be neither typed nor stale. The points a figure pools must be seeds of
@@ -36,6 +46,7 @@ from typing import Any
 
 import yaml
 
+from ..bench.records import bench_value, read_bench
 from ..errors import ModformerError
 from ..files import atomic_write_text
 from ..stats import metric_bounds, summarize
@@ -70,6 +81,13 @@ class Records:
     def __init__(self, root: Path):
         self.root = root
         self._runs: dict[str, list[dict[str, Any]]] = {}
+        self._bench: dict[str, list[dict[str, Any]]] = {}
+
+    def bench(self, file: str) -> list[dict[str, Any]]:
+        """The rows of a benchmark record, read once."""
+        if file not in self._bench:
+            self._bench[file] = read_bench(self.root / file)
+        return self._bench[file]
 
     def runs(self, folder: str, variant: str, where: dict[str, Any]) -> list[dict[str, Any]]:
         """The seeds of one setting: the finished runs of `variant` in `folder` whose grid
@@ -91,12 +109,16 @@ class Records:
         return sorted(runs, key=lambda r: r["seed"])
 
 
+def _number(v: float, kind: str, digits: int) -> str:
+    """One number in a format: `%` (times 100, no sign), `.` plain, `,` thousands separated."""
+    return f"{v * (100.0 if kind == '%' else 1.0):{',' if kind == ',' else ''}.{digits}f}"
+
+
 def _figure(values: list[float], kind: str, digits: int, flag: str | None, metric: str) -> str:
-    scale, unit = (100.0, "%") if kind == "%" else (1.0, "")
-    grouping = "," if kind == "," else ""
+    unit = "%" if kind == "%" else ""
 
     def write(v: float) -> str:
-        return f"{v * scale:{grouping}.{digits}f}"
+        return _number(v, kind, digits)
 
     s = summarize(values)
     number = write(s.mean) + unit
@@ -117,12 +139,49 @@ def _figure(values: list[float], kind: str, digits: int, flag: str | None, metri
     return text
 
 
+def _fields(words: list[str]) -> dict[str, str]:
+    """Leading KEY=VALUE words, taken off `words`."""
+    where = {}
+    while words and "=" in words[0]:
+        key, value = words.pop(0).split("=", 1)
+        where[key] = value
+    return where
+
+
+def _render_bench(spec: str, words: list[str], records: Records) -> str:
+    """A benchmark record's figure: FILE.json KEY=VALUE ... FIELD FORMAT [over KEY=VALUE ...]."""
+    file, rest = words[0], words[1:]
+    where = _fields(rest)
+    over = None
+    if "over" in rest:
+        at = rest.index("over")
+        over_words = rest[at + 1:]
+        over = _fields(over_words)
+        if over_words or not over:
+            raise ModformerError(f"quote '{spec}': 'over' takes only KEY=VALUE words")
+        rest = rest[:at]
+    if len(rest) != 2 or not re.fullmatch(r"[%.,]\d", rest[1]):
+        raise ModformerError(f"quote '{spec}': expected FILE.json KEY=VALUE ... FIELD then %N, .N or ,N, "
+                             f"then optionally over KEY=VALUE ...")
+    field, fmt = rest
+    rows = records.bench(file)
+    value = bench_value(rows, where, field, file)
+    if over is not None:
+        base = bench_value(rows, {**where, **over}, field, file)
+        if base == 0:
+            raise ModformerError(f"quote '{spec}': the row it divides by has {field} 0")
+        value /= base
+    return _number(value, fmt[0], int(fmt[1])) + ("%" if fmt[0] == "%" else "")
+
+
 def render(spec: str, records: Records) -> str:
     """The text of one quoted figure (the grammar in the module docstring)."""
     try:
         words = shlex.split(spec)
     except ValueError as e:
         raise ModformerError(f"quote '{spec}': {e}") from None
+    if words and words[0].endswith(".json"):
+        return _render_bench(spec, words, records)
     if len(words) < 4:
         raise ModformerError(f"quote '{spec}': expected FOLDER VARIANT [KEY=VALUE ...] METRIC FORMAT [FLAG]")
     folder, variant, *rest = words
@@ -183,7 +242,7 @@ def cmd_quote(args: argparse.Namespace) -> int:
 
 
 def add_quote_command(sub: argparse._SubParsersAction) -> None:
-    qt = sub.add_parser("quote", help="recompute the figures a Markdown file quotes from its sweep records",
+    qt = sub.add_parser("quote", help="recompute the figures a Markdown file quotes from its sweep and benchmark records",
                         description=__doc__.split("\n\n")[0] + " Every <!--q SPEC-->VALUE<!--/q--> is rewritten "
                         "from the records SPEC names (see modformer.sweep.quote).")
     qt.add_argument("file", help="a Markdown file, e.g. results/random_attention/README.md")
