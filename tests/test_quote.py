@@ -39,6 +39,15 @@ def quoted(spec: str, value: str = "?") -> str:
     return f"<!--q {spec}-->{value}<!--/q-->"
 
 
+def assert_refused(root: Path, spec: str, message: str) -> None:
+    """A page quoting `spec` is refused with `message`, and left as it was."""
+    page = root / "README.md"
+    page.write_text(quoted(spec))
+    with pytest.raises(ModformerError, match=message):
+        quote_file(page)
+    assert page.read_text() == quoted(spec)
+
+
 def test_quoted_figures_are_rewritten_from_the_records_and_checked(tmp_path, capsys):
     sweep_folder(tmp_path, RUNS)
     page = tmp_path / "README.md"
@@ -85,11 +94,7 @@ def test_quoted_figures_are_rewritten_from_the_records_and_checked(tmp_path, cap
 ])
 def test_a_quote_that_names_no_one_setting_is_refused(tmp_path, spec, message):
     sweep_folder(tmp_path, RUNS)
-    page = tmp_path / "README.md"
-    page.write_text(quoted(spec))
-    with pytest.raises(ModformerError, match=message):
-        quote_file(page)
-    assert page.read_text() == quoted(spec)
+    assert_refused(tmp_path, spec, message)
 
 
 BENCH_ROWS = [{"contender": "modformer standard", "precision": "fp32", "tokens_per_s": 7200.0, "mfu": 0.551},
@@ -130,11 +135,7 @@ def test_a_benchmark_figure_is_one_row_of_its_record_or_a_ratio_of_two(tmp_path)
 ])
 def test_a_benchmark_figure_from_an_unversioned_record_or_no_one_row_is_refused(tmp_path, version, spec, message):
     bench_record(tmp_path, version)
-    page = tmp_path / "README.md"
-    page.write_text(quoted(spec))
-    with pytest.raises(ModformerError, match=message):
-        quote_file(page)
-    assert page.read_text() == quoted(spec)
+    assert_refused(tmp_path, spec, message)
 
 
 def test_a_file_without_quotes_or_missing_is_refused(tmp_path):
