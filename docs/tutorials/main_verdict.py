@@ -100,8 +100,8 @@ for variant in ("standard", "frozen_qk", "mixit"):
 #   here, about 1/n, and the same over a 250x longer budget (49.8% ± 0.9 at the paper's
 #   12.8 million sequences); at widths up to the paper's 512 too, at 0.8% of it.
 # - **MixiT is not decided**: 0.53% ± 0.37 here, rising with budget (33.9% at 16x), and
-#   at the paper's whole budget its seeds split (one of three solves the task, two answer
-#   at 1/n: 65.7% ± 29.7), so more seeds are needed to say where it ends.
+#   at the paper's whole budget its seeds split (two of five solve the task, three answer
+#   at 1/n: 68.6% ± 28.7), so its interval still reaches Standard's 100%.
 #
 # `modformer report DIR` redraws any report from its records; to grow the sweep (more
 # seeds, a longer budget as another `train.steps` value) run the same file with the new
