@@ -27,7 +27,7 @@ field values that pick a second row to divide by:
     <!--q ../bench/llama_throughput.json "contender=modformer mixit" precision=fp32 tokens_per_s .2 over "contender=modformer standard"-->1.30<!--/q-->
 
 (the second row keeps every field value of the first that `over` does not name). A
-record that names no clean commit or no machine is refused (`modformer.bench.records`).
+record that names no clean commit or no machine is refused (`modformer.sweep.bench_records`).
 
 `modformer quote FILE` rewrites every quoted figure from the records; `--check` changes
 nothing and fails naming each figure that the records no longer give, so that a figure in
@@ -46,7 +46,7 @@ from typing import Any
 
 import yaml
 
-from ..bench.records import bench_value, read_bench
+from .bench_records import bench_value, read_bench
 from ..errors import ModformerError
 from ..files import atomic_write_text
 from ..stats import metric_bounds, summarize
