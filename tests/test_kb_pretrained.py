@@ -20,6 +20,8 @@ def test_ladder_edits_and_report_on_a_local_llama_folder(tiny_teacher, tmp_path,
     # One base of 64 x 32 for both layers plus their maps: fewer parameters than each layer its own base.
     assert arms["shared"]["parameters"] < arms["own"]["parameters"] < arms["original"]["parameters"]
     assert all(r["perplexity"] > 1 and r["code_version"] for r in ladder)
+    known = json.loads((out / "known_facts.json").read_text())  # the cache names what found it, as the records do
+    assert known["code_version"].startswith("0.1.0") and "CPUs" in known["machine"]
     assert main(["kb-pretrained", "edit", *common, "sizes=[1, 2]", "seeds=[0]", "require_known=false",
                  "max_steps=40", "lr={entries: 0.03, one_down_proj: 0.03, all_ffns: 0.01}", "--out", str(out)]) == 0
     edits = {r["key"]: r for r in map(json.loads, (out / "edits.jsonl").read_text().splitlines())}
