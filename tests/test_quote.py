@@ -97,6 +97,50 @@ def test_a_quote_that_names_no_one_setting_is_refused(tmp_path, spec, message):
     assert_refused(tmp_path, spec, message)
 
 
+def test_a_difference_is_paired_by_seed_and_not_clipped(tmp_path):
+    sweep_folder(tmp_path, RUNS)
+    page = tmp_path / "README.md"
+    page.write_text(f"{quoted('sweep standard train.lr=0.003 test.accuracy %1 ci minus standard train.lr=0.01')} "
+                    f"{quoted('sweep standard train.lr=0.01 test.accuracy %0 seeds minus standard train.lr=0.003')} "
+                    f"{quoted('sweep mixit test.loss .3 mean minus standard train.lr=0.003 seed=0')}\n")
+    quote_file(page)
+    text = page.read_text()
+    # 0.90 - 0.5, 0.92 - 0.5, 0.97 - 0.5: mean 43.0, std 3.61, t(2) interval +- 8.96, not clipped at 0 or 100%
+    assert ">43.0% ± 3.6 [34.0, 52.0]<" in text
+    assert ">-40%, -42%, -47%<" in text  # seed by seed, the first minus the second
+    assert ">0.889<" in text  # (1 - 0.011) - (1 - 0.90): the second keeps the first's grid values it does not name
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("sweep standard train.lr=0.003 test.accuracy %1 minus mixit train.lr=0.003", r"has seeds \[0, 1, 2\] and mixit \[0\]"),
+    ("sweep standard train.lr=0.003 test.accuracy %1 minus", "'minus' takes a variant"),
+    ("sweep standard train.lr=0.003 test.accuracy %1 minus train.lr=0.01", "'minus' takes a variant"),
+    ("sweep standard train.lr=0.003 test.accuracy %1 minus mixit ci", "only KEY=VALUE"),
+    ("sweep standard train.lr=0.003 test.accuracy %1 minus frozen_qk", "no finished run of frozen_qk"),
+])
+def test_a_difference_of_unpaired_or_missing_settings_is_refused(tmp_path, spec, message):
+    sweep_folder(tmp_path, RUNS)
+    assert_refused(tmp_path, spec, message)
+
+
+def test_an_llm_modules_experiment_is_quoted_by_arm(tmp_path):
+    """`modformer modules` writes one results.jsonl line per arm and seed, no run ids or grid."""
+    out = tmp_path / "facts"
+    out.mkdir()
+    rows = [{"arm": arm, "seed": seed, "held_out_exact": exact, "held_out_answer_loss": 9.0 - exact * 10}
+            for arm, exacts in (("teacher", [0.02, 0.0, 0.05]), ("random_teacher", [0.0, 0.0, 0.02]))
+            for seed, exact in enumerate(exacts)]
+    (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    page = tmp_path / "README.md"
+    page.write_text(f"{quoted('facts teacher held_out_exact %1 seeds')} "
+                    f"{quoted('facts teacher held_out_answer_loss .2 mean minus random_teacher')} "
+                    f"{quoted('facts random_teacher seed=2 held_out_exact %0 mean')}\n")
+    quote_file(page)
+    text = page.read_text()
+    assert ">2.0%, 0.0%, 5.0%<" in text and ">-0.17<" in text and ">2%<" in text
+    assert_refused(tmp_path, "facts alone held_out_exact %1", "no finished run of alone")
+
+
 BENCH_ROWS = [{"contender": "modformer standard", "precision": "fp32", "tokens_per_s": 7200.0, "mfu": 0.551},
               {"contender": "modformer mixit", "precision": "fp32", "tokens_per_s": 9360.0, "mfu": 0.6},
               {"contender": "modformer standard", "precision": "bf16", "tokens_per_s": 14000.0, "mfu": 0.196},

@@ -19,6 +19,17 @@ its `metrics.jsonl`), and how to write it:
   smallest or largest seed's value), `range` (both: `0.83-0.98`, `26.9-28.4%`) or `n` (the
   number of runs).
 
+A difference between two settings, paired by seed, appends `minus`, a variant and any
+grid values of the second (the first's grid values are kept unless named again); the flags
+then describe the per-seed differences, and both settings must hold the same seeds:
+
+    <!--q lm_reference mixit test.loss .2 mean minus standard-->0.09<!--/q-->
+
+An LLM-Modules experiment folder (`modformer modules`: one `results.jsonl` line per arm and
+seed) is read the same way, its arms in the place of variants and no grid:
+
+    <!--q facts teacher held_out_exact %1 ci minus random_teacher-->1.5% ± 1.3 [-1.7, 4.8]<!--/q-->
+
 A benchmark's figure names its JSON record (a path ending in `.json`), the values of text
 fields that pick one row, a numeric field and a format, and optionally `over` and the
 field values that pick a second row to divide by:
@@ -75,6 +86,16 @@ def _metric(run: dict[str, Any], path: str, folder: Path) -> float:
     return float(value)
 
 
+def _read_runs(folder: Path) -> list[dict[str, Any]]:
+    """The finished runs of a sweep folder; or of an LLM-Modules experiment folder, whose
+    `results.jsonl` holds one summary per arm and seed, as runs with the arm as variant."""
+    rows = list(read_records(folder / "results.jsonl"))
+    if rows and "arm" in rows[0] and "run_id" not in rows[0]:
+        return [{"run_id": f"{r['arm']}/seed_{r['seed']}", "variant": r["arm"], "point": {}, "seed": r["seed"],
+                 "status": "done", "run_dir": f"runs/{r['arm']}/seed_{r['seed']}", "summary": r} for r in rows]
+    return [r for r in read_results(folder).values() if r["status"] == "done"]
+
+
 class Records:
     """The finished runs of the sweep folders that a file quotes, each folder read once."""
 
@@ -97,7 +118,7 @@ class Records:
             path = self.root / folder
             if not (path / "results.jsonl").is_file():
                 raise ModformerError(f"{path} holds no sweep records (results.jsonl)")
-            self._runs[folder] = [r for r in read_results(path).values() if r["status"] == "done"]
+            self._runs[folder] = _read_runs(path)
         runs = [r for r in self._runs[folder] if r["variant"] == variant
                 and all((r["seed"] if k == "seed" else r["point"].get(k)) == v for k, v in where.items())]
         points = sorted({repr(sorted(r["point"].items())) for r in runs})
@@ -114,7 +135,7 @@ def _number(v: float, kind: str, digits: int) -> str:
     return f"{v * (100.0 if kind == '%' else 1.0):{',' if kind == ',' else ''}.{digits}f}"
 
 
-def _figure(values: list[float], kind: str, digits: int, flag: str | None, metric: str) -> str:
+def _figure(values: list[float], kind: str, digits: int, flag: str | None, bounds: tuple[float, float] | None) -> str:
     unit = "%" if kind == "%" else ""
 
     def write(v: float) -> str:
@@ -134,7 +155,7 @@ def _figure(values: list[float], kind: str, digits: int, flag: str | None, metri
         return f"{number} (one run)"
     text = f"{number} ± {write(s.std)}"
     if flag == "ci":
-        low, high = s.interval(metric_bounds(metric))
+        low, high = s.interval(bounds)
         text += f" [{write(low)}, {write(high)}]"
     return text
 
@@ -185,22 +206,40 @@ def render(spec: str, records: Records) -> str:
     if len(words) < 4:
         raise ModformerError(f"quote '{spec}': expected FOLDER VARIANT [KEY=VALUE ...] METRIC FORMAT [FLAG]")
     folder, variant, *rest = words
-    where = {}
-    while rest and "=" in rest[0]:
-        key, value = rest.pop(0).split("=", 1)
-        where[key] = yaml.safe_load(value)
+    minus = None
+    if "minus" in rest:
+        at = rest.index("minus")
+        rest, minus = rest[:at], rest[at + 1:]
+        if not minus or "=" in minus[0] or any("=" not in w for w in minus[1:]):
+            raise ModformerError(f"quote '{spec}': 'minus' takes a variant, then only KEY=VALUE words")
+    where = _grid_values(rest)
     if len(rest) not in (2, 3) or not re.fullmatch(r"[%.,]\d", rest[1]):
         raise ModformerError(f"quote '{spec}': expected METRIC then %N, .N or ,N then at most one flag "
                              f"({', '.join(sorted(FLAGS))})")
     metric, fmt, flag = rest[0], rest[1], rest[2] if len(rest) == 3 else None
+    if flag is not None and flag not in FLAGS:
+        raise ModformerError(f"quote '{spec}': unknown flag '{flag}' (known: {', '.join(sorted(FLAGS))})")
     runs = records.runs(folder, variant, where)
     folder_path = records.root / folder
     values = [_metric(r, metric, folder_path) for r in runs]
-    if flag is not None and flag not in FLAGS:
-        raise ModformerError(f"quote '{spec}': unknown flag '{flag}' (known: {', '.join(sorted(FLAGS))})")
+    bounds = metric_bounds(metric)
+    if minus is not None:
+        other_where = {**where, **_grid_values(minus[1:])}
+        others = {r["seed"]: _metric(r, metric, folder_path) for r in records.runs(folder, minus[0], other_where)}
+        seeds = [r["seed"] for r in runs]
+        if sorted(others) != seeds:
+            raise ModformerError(f"quote '{spec}': a difference is paired by seed, but {variant} has seeds {seeds} "
+                                 f"and {minus[0]} {sorted(others)}")
+        values = [v - others[seed] for v, seed in zip(values, seeds)]
+        bounds = None  # a difference may take either sign
     if flag == "n":
         return str(len(values))
-    return _figure(values, fmt[0], int(fmt[1]), flag, metric)
+    return _figure(values, fmt[0], int(fmt[1]), flag, bounds)
+
+
+def _grid_values(words: list[str]) -> dict[str, Any]:
+    """Leading KEY=VALUE words, taken off `words`, their values read as YAML (grid values are numbers)."""
+    return {key: yaml.safe_load(value) for key, value in _fields(words).items()}
 
 
 def quote_file(path: str | Path, check: bool = False) -> list[str]:
