@@ -1,11 +1,11 @@
 """The random-attention reference construction (princeton-pli/MixiT) as one switch.
 
 `model.construction: reference` fills in, for every key the config does not set itself,
-the value the reference code uses for the chosen variant and task. The reference has three
+the value the reference code uses for the chosen variant and task. The reference has four
 trainers, each building and training its own way, all over `modeling_llama.py`: `depth.py`
-(the algorithmic tasks), `trainer.py` (language modelling, task `lm`) and
-`trainer_classifier.py` (sentiment, task `sentiment`); `trainer_of` says which one a config
-reproduces. Within it, attention models get plain Llama ("vanilla" in the reference) and
+(the algorithmic tasks), `hdmemorize_exp.py` (memorization: depth.py's model, its own
+optimizer), `trainer.py` (language modelling, task `lm`) and `trainer_classifier.py`
+(sentiment, task `sentiment`); `trainer_of` says which one a config reproduces. Within it, attention models get plain Llama ("vanilla" in the reference) and
 models whose mixer is `mixing` (MixiT) its mixing mode. Keys set in the file or on the
 command line win, so an ablation of one point is one override; `construction_label` then
 names the points that differ. The resolved config (config.yaml) holds every filled value.
@@ -27,10 +27,13 @@ from .configtools import from_dict
 from .model.config import ModelConfig
 from .registry import VARIANTS
 
-DEPTH, LM_TRAINER, CLASSIFIER = "depth.py", "trainer.py", "trainer_classifier.py"
-TRAINERS = (DEPTH, LM_TRAINER, CLASSIFIER)
+DEPTH, MEMORIZE, LM_TRAINER, CLASSIFIER = "depth.py", "hdmemorize_exp.py", "trainer.py", "trainer_classifier.py"
+TRAINERS = (DEPTH, MEMORIZE, LM_TRAINER, CLASSIFIER)
 # The reference trainer of each task; every other task is an algorithmic one (depth.py).
-TRAINER_OF_TASK = {"lm": LM_TRAINER, "sentiment": CLASSIFIER}
+# scripts/depth_array.sh runs hdmemorize_exp.py for memorization and depth.py for the rest.
+TRAINER_OF_TASK = {"memorization": MEMORIZE, "lm": LM_TRAINER, "sentiment": CLASSIFIER}
+# hdmemorize_exp.py's get_model_config passes what depth.py's does (tau0 fixed at its default 1).
+DEPTH_MODEL = (DEPTH, MEMORIZE)
 
 
 @dataclass(frozen=True)
@@ -90,9 +93,10 @@ POINTS: tuple[Point, ...] = (
           "modeling_llama.py ~471-473: head 0 is eye * 0.5 with column 0 then set to 0.5 ([0, 0] = 0.5)"),
     Point("model.skip_scale", SQRT_HALF, MIXING,
           "depth.py get_model_config: skip_scaling = np.sqrt(0.5); LlamaDecoderLayer scales the skip by it",
-          (DEPTH,)),
+          DEPTH_MODEL),
     Point("model.residual_scale", SQRT_HALF, MIXING,
-          "LlamaDecoderLayer: branch scaled by sqrt(1 - skip_scaling^2) (as GPT2Block in modeling_gpt2.py)", (DEPTH,)),
+          "LlamaDecoderLayer: branch scaled by sqrt(1 - skip_scaling^2) (as GPT2Block in modeling_gpt2.py)",
+          DEPTH_MODEL),
     Point("model.skip_scale", 0.5, MIXING,
           "trainer.py get_model_config passes args.skip_scaling, utils.py ScriptArguments default 0.5", (LM_TRAINER,)),
     Point("model.residual_scale", math.sqrt(0.75), MIXING,
@@ -107,7 +111,7 @@ POINTS: tuple[Point, ...] = (
     Point("model.scaled_linear", (512.0, 1.0), MIXING,
           "ScaledLinear in mixing mode: output x sqrt(base / fan_in), base_hidden_size = 512 (utils.py "
           "ScriptArguments) for V, O, gate, up and the head, base_intermediate_size = 1 for down",
-          (DEPTH, LM_TRAINER)),
+          (*DEPTH_MODEL, LM_TRAINER)),
     Point("model.scaled_linear", (1.0, 1.0), MIXING,
           "trainer_classifier.py ~249-279 passes no base_hidden_size: MixingLlamaConfig's default 1.0 "
           "(modeling_llama.py ~74, 98, 101) for V, O, gate, up and the score head, and 1 for down", (CLASSIFIER,)),
@@ -136,11 +140,16 @@ POINTS: tuple[Point, ...] = (
     Point("model.norm_eps", 1e-6, BOTH, "transformers LlamaConfig default rms_norm_eps = 1e-6"),
     Point("model.tie_embeddings", False, BOTH, "transformers LlamaConfig default tie_word_embeddings = False"),
     Point("train.lr", 1e-2, BOTH, "depth.py ~49: learning_rate = 1e-2 if arch == 'transformer'", (DEPTH,)),
+    Point("train.lr", 5e-3, BOTH, "hdmemorize_exp.py ~47: learning_rate = 1e-3 if 'arch' == 'transformer' else 5e-3 "
+                                  "(the string 'arch', never equal: 5e-3), which depth_array.sh does not override",
+          (MEMORIZE,)),
     Point("train.lr", 5e-4, BOTH, "the reference README's trainer.py and trainer_classifier.py commands: "
                                  "--learning_rate=5e-4", HF_TRAINERS),
     Point("train.weight_decay", 1e-3, BOTH, "depth.py ~48 and each task file: weight_decay = 0.001", (DEPTH,)),
+    Point("train.weight_decay", 1e-4, BOTH, "hdmemorize_exp.py ~46: weight_decay = 0.0001", (MEMORIZE,)),
     Point("train.weight_decay", 0.01, BOTH, "utils.py TrainingArguments ~21-23: weight_decay = 0.01", HF_TRAINERS),
-    Point("train.schedule", "cosine", BOTH, "depth.py: lr_scheduler_type = 'cosine'", (DEPTH,)),
+    Point("train.schedule", "cosine", BOTH, "depth.py and hdmemorize_exp.py: lr_scheduler_type = 'cosine'",
+          DEPTH_MODEL),
     Point("train.schedule", "linear", BOTH, "trainer.py and trainer_classifier.py: lr_scheduler_type = 'linear'",
           HF_TRAINERS),
     Point("train.warmup_steps", hf_warmup, BOTH,
@@ -170,8 +179,8 @@ def _lookup(data: dict[str, Any], key: str) -> tuple[bool, Any]:
 
 
 def trainer_of(data: dict[str, Any]) -> str:
-    """The reference trainer that builds and trains a config's task: depth.py, trainer.py
-    (language modelling) or trainer_classifier.py (sentiment)."""
+    """The reference trainer that builds and trains a config's task: depth.py, hdmemorize_exp.py
+    (memorization), trainer.py (language modelling) or trainer_classifier.py (sentiment)."""
     task = data.get("task") or {}
     name = task.get("name") if isinstance(task, dict) else None
     return TRAINER_OF_TASK.get(name, DEPTH) if isinstance(name, str) else DEPTH
@@ -248,11 +257,15 @@ class PaperBudget:
     source: str
 
 
-# Each trainer's budget as the reference states it: sequences for the algorithmic tasks and
-# sentiment, tokens for language modelling (a block of 128 tokens is not one of its sequences).
+# Each trainer's budget as the reference states it: sequences for the algorithmic tasks,
+# memorization and sentiment, tokens for language modelling (a block of 128 tokens is not one
+# of its sequences).
 PAPER_BUDGETS = {
     DEPTH: PaperBudget(100_000 * 128, "sequences",
                        "about 10^5 steps of 128 sequences (scripts/depth_array.sh: per_device_train_batch_size 128)"),
+    MEMORIZE: PaperBudget(500 * 32_768, "sequences",
+                          "scripts/depth_array.sh's max_steps 500 of hdmemorize_exp.py's batch min(n^2, 256 * 128), "
+                          "32,768 for its n = 512"),
     LM_TRAINER: PaperBudget(40_000 * 512 * 256, "tokens",
                             "the reference README's trainer.py command: 40,000 steps of 512 sequences of 256 tokens"),
     CLASSIFIER: PaperBudget(3_000 * 32, "sequences",

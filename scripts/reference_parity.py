@@ -1,7 +1,8 @@
 """Measure modformer's reference construction against the reference's own model.
 
 For every variant in every reference trainer's form (depth.py: the algorithmic tasks,
-trainer.py: language modelling, trainer_classifier.py: sentiment), this builds our model
+hdmemorize_exp.py: memorization, trainer.py: language modelling, trainer_classifier.py:
+sentiment), this builds our model
 with `model.construction: reference`, gives every parameter a random value (biases and norm
 gains too, so that every weight counts), builds princeton-pli/MixiT's `modeling_llama.py`
 model with the configuration that trainer passes, copies our weights and mixing matrices
@@ -41,6 +42,7 @@ VARIANTS = ("standard", "frozen_qk", "frozen_mlp", "random_transformer", "mixit"
 D, LAYERS, HEADS, VOCAB, T = 64, 2, 4, 512, 16
 TASKS = {
     "depth.py": {"name": "condattend", "n_pairs": 4},  # length 2 * 4 + 3 = 11 < T: max_seq_len set below
+    "hdmemorize_exp.py": {"name": "memorization", "n": 96},
     "trainer.py": {"name": "lm", "source": "movie_reviews", "tokenizer_vocab": VOCAB, "seq_len": T},
     "trainer_classifier.py": {"name": "sentiment", "source": "imdb", "tokenizer_vocab": VOCAB - 2, "seq_len": T},
 }
@@ -70,7 +72,7 @@ def reference_config(ml, variant: str, trainer: str, cfg):
                   shaped_attention="mixing" if mixing else "vanilla", max_position_embeddings=T, max_seq_len=T,
                   vocab_size=VOCAB, attn_implementation="eager" if mixing else "sdpa", activation_cminus=-1.0,
                   do_rope=True, base_attn_mix=1.0, initializer_range=0.02)
-    if trainer == "depth.py":
+    if trainer in ("depth.py", "hdmemorize_exp.py"):  # hdmemorize_exp.py's get_model_config is depth.py's, tau0 1
         kwargs.update(skip_scaling=math.sqrt(0.5), base_hidden_size=512, base_num_attention_heads=8, tau0=1.0,
                       depth_alpha=0.0)
     elif trainer == "trainer.py":
@@ -173,7 +175,7 @@ def schedule_diff(trainer: str, cfg) -> tuple[float, float]:
 
     train = cfg.train
     opt = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=train.lr)
-    sched = get_scheduler("cosine" if trainer == "depth.py" else "linear", opt,
+    sched = get_scheduler("cosine" if trainer in ("depth.py", "hdmemorize_exp.py") else "linear", opt,
                           num_warmup_steps=train.warmup_steps, num_training_steps=train.steps)
     warm, after = 0.0, 0.0
     for step in range(train.steps):
@@ -229,8 +231,12 @@ def main() -> None:
     for trainer in TASKS:
         readings = ("v4.50", "v4.53") if trainer == "trainer_classifier.py" else ("-",)
         for variant in VARIANTS:
-            if trainer != "depth.py" and variant in ("frozen_mlp", "random_transformer"):
-                continue  # the paper runs these on the algorithmic tasks only
+            if variant == "random_transformer" and trainer != "depth.py" or \
+                    variant == "frozen_mlp" and trainer in ("trainer.py", "trainer_classifier.py"):
+                # The paper runs these on the algorithmic tasks (Frozen-MLP on memorization too) only;
+                # hdmemorize_exp.py's weight_frozen=1 names GPT-2's wte, not Llama's embed_tokens, so
+                # there it would freeze the token embedding too: not our random transformer.
+                continue
             for reading in readings:
                 cfg, net = ours(variant, trainer, reading if reading != "-" else "v4.50")
                 torch.manual_seed(0)

@@ -40,6 +40,7 @@ def reference(variant="mixit", *overrides, trainer="depth.py", **model):
 
 
 TASKS = {"depth.py": {"name": "condattend", "n_pairs": 4},
+         "hdmemorize_exp.py": {"name": "memorization", "n": 16},
          "trainer.py": {"name": "lm", "source": "movie_reviews", "tokenizer_vocab": 512, "seq_len": 32},
          "trainer_classifier.py": {"name": "sentiment", "source": "imdb", "tokenizer_vocab": 512, "seq_len": 32}}
 
@@ -69,6 +70,7 @@ VANILLA = {"model.learned_positions": False, "model.rope": True, "model.skip_sca
 MIXING = {"model.learned_positions": True, "model.mixing.sink_head": True, "model.ffn": "shaped_leaky_glu",
           "model.mixing.bidirectional_drift": "reference"}
 DEPTH_TRAIN = {"train.lr": 1e-2, "train.weight_decay": 1e-3, "train.schedule": "cosine"}
+MEMORIZE_TRAIN = {"train.lr": 5e-3, "train.weight_decay": 1e-4, "train.schedule": "cosine"}
 HF_TRAIN = {"train.lr": 5e-4, "train.weight_decay": 0.01, "train.schedule": "linear"}
 H = math.sqrt(0.5)
 
@@ -77,6 +79,9 @@ H = math.sqrt(0.5)
     ("standard", "depth.py", {**SHARED, **VANILLA, **DEPTH_TRAIN}),
     ("mixit", "depth.py", {**SHARED, **MIXING, **DEPTH_TRAIN, "model.skip_scale": H, "model.residual_scale": H,
                            "model.scaled_linear": [512.0, 1.0]}),
+    ("standard", "hdmemorize_exp.py", {**SHARED, **VANILLA, **MEMORIZE_TRAIN}),
+    ("mixit", "hdmemorize_exp.py", {**SHARED, **MIXING, **MEMORIZE_TRAIN, "model.skip_scale": H,
+                                    "model.residual_scale": H, "model.scaled_linear": [512.0, 1.0]}),
     ("standard", "trainer.py", {**SHARED, **VANILLA, **HF_TRAIN, "train.warmup_steps": 800}),
     ("mixit", "trainer.py", {**SHARED, **MIXING, **HF_TRAIN, "train.warmup_steps": 800, "model.skip_scale": 0.5,
                              "model.residual_scale": math.sqrt(0.75), "model.scaled_linear": [512.0, 1.0]}),
@@ -269,6 +274,9 @@ def test_budget_is_stated_as_a_fraction_of_the_papers():
     assert budget_text(lm).startswith("204,800 tokens (0.00391% of the paper's ~5.24e+09)")
     reviews = budget(reference("mixit", ("train.batch_size", 32), trainer="trainer_classifier.py").to_dict())
     assert (reviews["amount"], reviews["unit"], reviews["fraction"]) == (6_400, "sequences", 6_400 / 96_000)
+    # Memorization against depth_array.sh's 500 steps of hdmemorize_exp.py's batch of 32,768.
+    facts = budget(reference("mixit", ("train.batch_size", 512), trainer="hdmemorize_exp.py").to_dict())
+    assert (facts["amount"], facts["unit"], facts["paper"]) == (200 * 512, "sequences", 500 * 32_768)
     # A summary written before budgets had units still reads as sequences.
     assert budget_text({"sequences": 51_200, "fraction": 0.004, "width": 64, "width_fraction": 0.125}) == (
         "51,200 sequences (0.4% of the paper's ~1.28e+07), width 64 (0.125x its 512)")

@@ -240,8 +240,8 @@ def _construction_section(sweep_dir: Path, variants: list[str], groups, chosen) 
              "Construction: `reference` is the paper's reference code (`model.construction: reference`), "
              "`corrected` our defaults (docs/papers/random-attention.md, 'The reference construction'). Budget: what each run trained "
              "on and its width, against the paper's in its reference trainer's unit (`construction.PAPER_BUDGETS`: "
-             "~10^5 steps of 128 sequences for the algorithmic tasks, the reference README's commands for "
-             "language modelling, in tokens, and sentiment) at width 512.", "",
+             "~10^5 steps of 128 sequences for the algorithmic tasks, 500 steps of 32,768 for memorization, "
+             "the reference README's commands for language modelling, in tokens, and sentiment) at width 512.", "",
              "| variant | construction | budget |", "|---|---|---|"]
     for v in variants:
         facts = sorted({_run_facts(sweep_dir, r) for r in groups[(v, chosen[v])]})
