@@ -45,9 +45,12 @@ class Summary:
 
 
 def metric_bounds(metric: str) -> tuple[float, float] | None:
-    """The possible range of a metric, by its name: [0, 1] for accuracies, >= 0 for losses,
-    unbounded otherwise (Summary.format and the figures clip intervals to it)."""
-    return (0.0, 1.0) if "accuracy" in metric else (0.0, math.inf) if "loss" in metric else None
+    """The possible range of a metric, by its name: [0, 1] for accuracies and exact-match
+    rates (`held_out_exact`), >= 0 for losses, unbounded otherwise (Summary.format and the
+    figures clip intervals to it)."""
+    if "accuracy" in metric or "exact" in metric:
+        return (0.0, 1.0)
+    return (0.0, math.inf) if "loss" in metric else None
 
 
 def summarize(values: Sequence[float]) -> Summary:

@@ -112,7 +112,8 @@ def test_a_difference_is_paired_by_seed_and_not_clipped(tmp_path):
 
 
 @pytest.mark.parametrize("spec, message", [
-    ("sweep standard train.lr=0.003 test.accuracy %1 minus mixit train.lr=0.003", r"has seeds \[0, 1, 2\] and mixit \[0\]"),
+    ("sweep standard train.lr=0.003 test.accuracy %1 minus mixit train.lr=0.003",
+     r"has seeds \[0, 1, 2\] and mixit \[0\]"),
     ("sweep standard train.lr=0.003 test.accuracy %1 minus", "'minus' takes a variant"),
     ("sweep standard train.lr=0.003 test.accuracy %1 minus train.lr=0.01", "'minus' takes a variant"),
     ("sweep standard train.lr=0.003 test.accuracy %1 minus mixit ci", "only KEY=VALUE"),
@@ -134,10 +135,12 @@ def test_an_llm_modules_experiment_is_quoted_by_arm(tmp_path):
     page = tmp_path / "README.md"
     page.write_text(f"{quoted('facts teacher held_out_exact %1 seeds')} "
                     f"{quoted('facts teacher held_out_answer_loss .2 mean minus random_teacher')} "
-                    f"{quoted('facts random_teacher seed=2 held_out_exact %0 mean')}\n")
+                    f"{quoted('facts random_teacher seed=2 held_out_exact %0 mean')} "
+                    f"{quoted('facts teacher held_out_exact %1 ci')}\n")
     quote_file(page)
     text = page.read_text()
     assert ">2.0%, 0.0%, 5.0%<" in text and ">-0.17<" in text and ">2%<" in text
+    assert ">2.3% ± 2.5 [0.0, 8.6]<" in text  # an exact-match rate's interval is clipped to [0, 100%] too
     assert_refused(tmp_path, "facts alone held_out_exact %1", "no finished run of alone")
 
 
@@ -190,7 +193,8 @@ def test_a_file_without_quotes_or_missing_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize("page", ["README.md", "results/random_attention/README.md", "docs/getting-started.md",
-                                  "results/knowledge/README.md", "results/bench/README.md"])
+                                  "results/knowledge/README.md", "results/bench/README.md",
+                                  "results/llm_modules/README.md"])
 def test_the_committed_results_quote_their_records_exactly(page):
     """Every figure quoted in these pages is what its records give now."""
     assert quote_file(ROOT / page, check=True) == []
