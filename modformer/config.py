@@ -75,6 +75,18 @@ def _variant_mixer(data: dict[str, Any], saved: bool) -> None:
                                   f"model.variant={other}, so that reports name it")
 
 
+def _drawn_before_extra_positions(data: dict[str, Any]) -> None:
+    """A run's own record written before `model.mixing.extra_positions` existed (2026-12-02) was
+    drawn for its model's own length, whatever the construction fills in today: read it so."""
+    model = data.get("model")
+    if isinstance(model, dict) and model.get("construction") == "reference":
+        mixing = model.get("mixing")
+        if mixing is None:
+            model["mixing"] = {"extra_positions": 0}
+        elif isinstance(mixing, dict):
+            mixing.setdefault("extra_positions", 0)
+
+
 def _unread_ffn(model: ModelConfig) -> None:
     """A variant that builds its own feed-forward modules (knowledge) refuses a `model.ffn`
     it would not build, or `model.ffn_options` it would not read, rather than ignoring them."""
@@ -101,6 +113,8 @@ def config_from_dict(data: dict[str, Any] | None, *, saved: bool = False) -> Run
     if not isinstance(data, dict):
         raise ConfigError(f"a config must be a mapping with sections model, task, train; got {type(data).__name__}")
     _variant_mixer(data, saved)
+    if saved:
+        _drawn_before_extra_positions(data)
     apply_construction(data)
     task_data = data.pop("task", None) or {}
     if not isinstance(task_data, dict):

@@ -5,8 +5,9 @@ the value the reference code uses for the chosen variant and task. The reference
 trainers, each building and training its own way, all over `modeling_llama.py`: `depth.py`
 (the algorithmic tasks), `hdmemorize_exp.py` (memorization: depth.py's model, its own
 optimizer), `trainer.py` (language modelling, task `lm`) and `trainer_classifier.py`
-(sentiment, task `sentiment`); `trainer_of` says which one a config reproduces. Within it, attention models get plain Llama ("vanilla" in the reference) and
-models whose mixer is `mixing` (MixiT) its mixing mode. Keys set in the file or on the
+(sentiment, task `sentiment`); `trainer_of` says which one a config reproduces. Within it,
+attention models get plain Llama ("vanilla" in the reference) and models whose mixer is
+`mixing` (MixiT) its mixing mode. Keys set in the file or on the
 command line win, so an ablation of one point is one override; `construction_label` then
 names the points that differ. The resolved config (config.yaml) holds every filled value.
 
@@ -77,6 +78,18 @@ def hf_warmup(data: dict[str, Any]) -> int:
     return max(int(0.04 * _steps(data)), 500)
 
 
+# The reference's own algorithmic tasks (task_*stream.py, hdmemorize_exp.py): it feeds the whole
+# sample, answer included, and its mixing is drawn for that length; our input stops one short.
+SAMPLE_TASKS = ("condattend", "addition", "dyck", "memorization")
+
+
+def sample_extra(data: dict[str, Any]) -> int:
+    """1 for the reference's own algorithmic tasks (condattend where a config names none), else 0."""
+    task = data.get("task") or {}
+    name = task.get("name", "condattend") if isinstance(task, dict) else None
+    return 1 if name in SAMPLE_TASKS else 0
+
+
 READINGS = ("v4.50", "v4.53")  # model.reference_transformers
 
 
@@ -117,6 +130,10 @@ POINTS: tuple[Point, ...] = (
           "(modeling_llama.py ~74, 98, 101) for V, O, gate, up and the score head, and 1 for down", (CLASSIFIER,)),
     Point("model.mixing.causal", False, MIXING,
           "trainer_classifier.py ~263: is_causal=False, which the mixing attention reads (no tril)", (CLASSIFIER,)),
+    Point("model.mixing.extra_positions", sample_extra, MIXING,
+          "depth.py and hdmemorize_exp.py get_model_config: max_position_embeddings = len(sample), the whole "
+          "sequence with its answer, which sets the mixing's size and noise scale (config.max_seq_len, "
+          "modeling_llama.py ~443-452); the model is fed all of it, ours all but its last token", DEPTH_MODEL),
     Point("model.mixing.bidirectional_drift", "reference", MIXING,
           "mixing attention: the drift divides row i's noise sum by i + 1 also when not causal "
           "(trainer_classifier.py's bidirectional classifier)"),
@@ -140,13 +157,13 @@ POINTS: tuple[Point, ...] = (
     Point("model.norm_eps", 1e-6, BOTH, "transformers LlamaConfig default rms_norm_eps = 1e-6"),
     Point("model.tie_embeddings", False, BOTH, "transformers LlamaConfig default tie_word_embeddings = False"),
     Point("train.lr", 1e-2, BOTH, "depth.py ~49: learning_rate = 1e-2 if arch == 'transformer'", (DEPTH,)),
-    Point("train.lr", 5e-3, BOTH, "hdmemorize_exp.py ~47: learning_rate = 1e-3 if 'arch' == 'transformer' else 5e-3 "
+    Point("train.lr", 5e-3, BOTH, "hdmemorize_exp.py ~48: learning_rate = 1e-3 if 'arch' == 'transformer' else 5e-3 "
                                   "(the string 'arch', never equal: 5e-3), which depth_array.sh does not override",
           (MEMORIZE,)),
     Point("train.lr", 5e-4, BOTH, "the reference README's trainer.py and trainer_classifier.py commands: "
                                  "--learning_rate=5e-4", HF_TRAINERS),
     Point("train.weight_decay", 1e-3, BOTH, "depth.py ~48 and each task file: weight_decay = 0.001", (DEPTH,)),
-    Point("train.weight_decay", 1e-4, BOTH, "hdmemorize_exp.py ~46: weight_decay = 0.0001", (MEMORIZE,)),
+    Point("train.weight_decay", 1e-4, BOTH, "hdmemorize_exp.py ~47: weight_decay = 0.0001", (MEMORIZE,)),
     Point("train.weight_decay", 0.01, BOTH, "utils.py TrainingArguments ~21-23: weight_decay = 0.01", HF_TRAINERS),
     Point("train.schedule", "cosine", BOTH, "depth.py and hdmemorize_exp.py: lr_scheduler_type = 'cosine'",
           DEPTH_MODEL),

@@ -5,6 +5,7 @@ change to any of them fails here (the values pinned below are the reference's, r
 princeton-pli/MixiT; docs/papers/random-attention.md lists them with their
 sources)."""
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -78,10 +79,11 @@ H = math.sqrt(0.5)
 @pytest.mark.parametrize("variant, trainer, expected", [
     ("standard", "depth.py", {**SHARED, **VANILLA, **DEPTH_TRAIN}),
     ("mixit", "depth.py", {**SHARED, **MIXING, **DEPTH_TRAIN, "model.skip_scale": H, "model.residual_scale": H,
-                           "model.scaled_linear": [512.0, 1.0]}),
+                           "model.scaled_linear": [512.0, 1.0], "model.mixing.extra_positions": 1}),
     ("standard", "hdmemorize_exp.py", {**SHARED, **VANILLA, **MEMORIZE_TRAIN}),
     ("mixit", "hdmemorize_exp.py", {**SHARED, **MIXING, **MEMORIZE_TRAIN, "model.skip_scale": H,
-                                    "model.residual_scale": H, "model.scaled_linear": [512.0, 1.0]}),
+                                    "model.residual_scale": H, "model.scaled_linear": [512.0, 1.0],
+                                    "model.mixing.extra_positions": 1}),
     ("standard", "trainer.py", {**SHARED, **VANILLA, **HF_TRAIN, "train.warmup_steps": 800}),
     ("mixit", "trainer.py", {**SHARED, **MIXING, **HF_TRAIN, "train.warmup_steps": 800, "model.skip_scale": 0.5,
                              "model.residual_scale": math.sqrt(0.75), "model.scaled_linear": [512.0, 1.0]}),
@@ -96,6 +98,25 @@ def test_the_reference_points_are_pinned(variant, trainer, expected):
     """Every value each reference trainer's construction fills in, for both modes: a changed,
     added or dropped point fails here. Warm-up: max(int(0.04 * 20000), 500) = 800."""
     assert filled(variant, trainer, steps=20_000) == expected
+
+
+def test_mixing_is_drawn_for_the_references_whole_sample():
+    """depth.py feeds its whole sample, answer included, and draws the mixing for that length
+    (which sets sigma_h's range); ours feeds all but the answer: the matrix we keep is the
+    top-left block of one drawn a position longer. Not for tasks the reference lacks."""
+    cfg = reference("mixit")
+    T = cfg.model.max_seq_len
+    assert T == 2 * 4 + 3 - 1 and cfg.model.mixing.extra_positions == 1  # condattend_4: a sample of 11
+    from modformer.model.mixing import MixingMixer
+    mixers = []
+    for length, extra in ((T, 1), (T + 1, 0)):
+        mixers.append(MixingMixer(D, 4, length, dataclasses.replace(cfg.model.mixing, extra_positions=extra)))
+        mixers[-1].init_parameters(0.02, torch.Generator().manual_seed(3))
+    ours, longer = (m.mixing for m in mixers)
+    assert ours.shape[-1] == T and torch.equal(ours, longer[:, :T, :T])
+    assert reference("mixit", ("task", {"name": "khop"})).model.mixing.extra_positions == 0
+    with pytest.raises(ConfigError, match="extra_positions"):
+        reference("mixit", ("model.mixing.causal", False), ("model.mixing.extra_positions", 1))
 
 
 def test_the_hf_trainers_warm_up_for_at_least_500_steps():

@@ -24,8 +24,15 @@ class MixingConfig:
         "row_sum", "how a bidirectional row's drift is normalised: row_sum divides row i's noise sum by T, so every "
                    "row sums to 1 (ours, corrected); reference divides by i+1 as the reference code does, so early "
                    "rows do not sum to 1 and pool many tokens. Causal mixing divides by i+1 either way")
+    extra_positions: int = option(
+        0, "draw A for this many positions beyond the model's length and keep its top-left block (causal only): "
+           "T in sigma_h's range counts them. The reference draws A for its whole sample, answer included, one "
+           "position more than our input in its own algorithmic tasks")
 
     def __post_init__(self) -> None:
+        if self.extra_positions < 0 or self.extra_positions and not self.causal:
+            raise ConfigError(f"model.mixing.extra_positions must be >= 0, and 0 for bidirectional mixing (drawn for "
+                              f"exactly its length), got {self.extra_positions} with causal={self.causal}")
         if self.bidirectional_drift not in ("row_sum", "reference"):
             raise ConfigError(f"model.mixing.bidirectional_drift must be row_sum or reference, "
                               f"got '{self.bidirectional_drift}'")

@@ -2,7 +2,7 @@
 
 Per layer and head h, with sequence length T and head width d_h (arXiv 2506.01115):
 
-    sigma_h ~ U[1/sqrt(T d_h), 1/sqrt(T)]
+    sigma_h ~ U[1/sqrt(T d_h), 1/sqrt(T)]     # T: the model's length (+ extra_positions)
     N       ~ Normal(0, sigma_h^2), T x T, lower triangle kept (causal)
     drift_i = (sum_j N_ij) / (i + 1)          # bidirectional, row_sum: / T
     A       = tril(I + c (N - drift))         # bidirectional: no tril
@@ -85,7 +85,9 @@ class MixingMixer(nn.Module):
                 if proj.bias is not None:
                     proj.bias.zero_()
             T = self.mixing.shape[-1]
-            self.mixing.copy_(mixing_matrices(self.n_heads, T, self.head_dim, self.cfg, generator))
+            # A causal matrix's top-left block is what a longer one mixes the first T tokens with.
+            drawn = mixing_matrices(self.n_heads, T + self.cfg.extra_positions, self.head_dim, self.cfg, generator)
+            self.mixing.copy_(drawn[:, :T, :T])
 
     def forward(self, x: torch.Tensor, cache: LayerCache | None = None) -> torch.Tensor:
         """x: (B, T, d_model) -> (B, T, d_model). With `cache`, x holds the tokens after the
