@@ -23,7 +23,8 @@ def plot_training_curves(metrics_path: Path, png_path: Path, title: str = "") ->
     ax_acc.set(xlabel="step", ylabel="accuracy", ylim=(0, 1.02), title="validation accuracy")
     for ax in (ax_loss, ax_acc):
         ax.grid(alpha=0.3)
-        ax.legend()
+        if ax.lines:  # a run stopped before its first evaluation has nothing on the accuracy panel
+            ax.legend()
     if title:
         fig.suptitle(title)
     fig.tight_layout()
