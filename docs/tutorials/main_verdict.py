@@ -73,8 +73,9 @@ for variant in ("standard", "frozen_qk", "mixit"):
 #
 # The full-size run (3 seeds, 4 pairs, 51,200 sequences each: 0.4% of the paper's budget,
 # at width 64) is committed with its per-run records in
-# `results/random_attention/main_reference/`, measured on the project's 2-core CPU machine
-# (an AMD EPYC without AVX-512). Its report reads the same way:
+# `results/random_attention/main_reference/`, measured on the project's 2-core CPU machines
+# (an AMD EPYC without AVX-512; MixiT's runs, re-run on 2026-12-02 with its mixing drawn as
+# the reference draws it, on an AMD EPYC with AVX-512). Its report reads the same way:
 
 # %%
 committed_runs = Path("results/random_attention/main_reference")
@@ -99,7 +100,7 @@ for variant in ("standard", "frozen_qk", "mixit"):
 # - **Frozen-QK does not reproduce** at the paper's whole budget at width 64: 49.1% ± 0.3
 #   here, about 1/n, and the same over a 250x longer budget (49.8% ± 0.9 at the paper's
 #   12.8 million sequences); at widths up to the paper's 512 too, at 0.8% of it.
-# - **MixiT is not decided**: 0.53% ± 0.37 here, rising with budget (33.9% at 16x), and
+# - **MixiT is not decided**: 0.77% ± 0.93 here, rising with budget (33.9% at 16x), and
 #   at the paper's whole budget its seeds split (two of five solve the task, three answer
 #   at 1/n: 68.6% ± 28.7), so its interval still reaches Standard's 100%.
 #
