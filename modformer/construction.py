@@ -83,11 +83,17 @@ def hf_warmup(data: dict[str, Any]) -> int:
 SAMPLE_TASKS = ("condattend", "addition", "dyck", "memorization")
 
 
-def sample_extra(data: dict[str, Any]) -> int:
-    """1 for the reference's own algorithmic tasks (condattend where a config names none), else 0."""
+def task_name(data: dict[str, Any]) -> str | None:
+    """A raw config's task name: condattend (TaskConfig's default) where it names none, None
+    where the value is not a name (the strict loader refuses it, naming its key)."""
     task = data.get("task") or {}
     name = task.get("name", "condattend") if isinstance(task, dict) else None
-    return 1 if name in SAMPLE_TASKS else 0
+    return name if isinstance(name, str) else None
+
+
+def sample_extra(data: dict[str, Any]) -> int:
+    """1 for the reference's own algorithmic tasks, else 0."""
+    return 1 if task_name(data) in SAMPLE_TASKS else 0
 
 
 READINGS = ("v4.50", "v4.53")  # model.reference_transformers
@@ -198,9 +204,7 @@ def _lookup(data: dict[str, Any], key: str) -> tuple[bool, Any]:
 def trainer_of(data: dict[str, Any]) -> str:
     """The reference trainer that builds and trains a config's task: depth.py, hdmemorize_exp.py
     (memorization), trainer.py (language modelling) or trainer_classifier.py (sentiment)."""
-    task = data.get("task") or {}
-    name = task.get("name") if isinstance(task, dict) else None
-    return TRAINER_OF_TASK.get(name, DEPTH) if isinstance(name, str) else DEPTH
+    return TRAINER_OF_TASK.get(task_name(data), DEPTH)
 
 
 def apply_construction(data: dict[str, Any]) -> dict[str, Any]:
@@ -296,9 +300,7 @@ PAPER_TASKS = ("condattend", "addition", "dyck", "khop", "memorization", "lm", "
 def paper_budget(config: dict[str, Any]) -> PaperBudget | None:
     """The paper's budget for a config's task (condattend where it names none, the default), or
     None for a task that is not the paper's."""
-    task = config.get("task") or {}
-    name = task.get("name", PAPER_TASKS[0]) if isinstance(task, dict) else None
-    return PAPER_BUDGETS[trainer_of(config)] if name in PAPER_TASKS else None
+    return PAPER_BUDGETS[trainer_of(config)] if task_name(config) in PAPER_TASKS else None
 
 
 def budget(config: dict[str, Any]) -> dict[str, Any]:

@@ -40,6 +40,7 @@ import torch
 
 VARIANTS = ("standard", "frozen_qk", "frozen_mlp", "random_transformer", "mixit")
 D, LAYERS, HEADS, VOCAB, T = 64, 2, 4, 512, 16
+DEPTH_MODEL = ("depth.py", "hdmemorize_exp.py")  # hdmemorize_exp.py's get_model_config is depth.py's, tau0 1
 TASKS = {
     "depth.py": {"name": "condattend", "n_pairs": 4},  # length 2 * 4 + 3 = 11 < T: max_seq_len set below
     "hdmemorize_exp.py": {"name": "memorization", "n": 96},
@@ -72,7 +73,7 @@ def reference_config(ml, variant: str, trainer: str, cfg):
                   shaped_attention="mixing" if mixing else "vanilla", max_position_embeddings=T, max_seq_len=T,
                   vocab_size=VOCAB, attn_implementation="eager" if mixing else "sdpa", activation_cminus=-1.0,
                   do_rope=True, base_attn_mix=1.0, initializer_range=0.02)
-    if trainer in ("depth.py", "hdmemorize_exp.py"):  # hdmemorize_exp.py's get_model_config is depth.py's, tau0 1
+    if trainer in DEPTH_MODEL:
         kwargs.update(skip_scaling=math.sqrt(0.5), base_hidden_size=512, base_num_attention_heads=8, tau0=1.0,
                       depth_alpha=0.0)
     elif trainer == "trainer.py":
@@ -175,7 +176,7 @@ def schedule_diff(trainer: str, cfg) -> tuple[float, float]:
 
     train = cfg.train
     opt = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=train.lr)
-    sched = get_scheduler("cosine" if trainer in ("depth.py", "hdmemorize_exp.py") else "linear", opt,
+    sched = get_scheduler("cosine" if trainer in DEPTH_MODEL else "linear", opt,
                           num_warmup_steps=train.warmup_steps, num_training_steps=train.steps)
     warm, after = 0.0, 0.0
     for step in range(train.steps):
