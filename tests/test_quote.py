@@ -91,27 +91,7 @@ def test_quoted_figures_are_rewritten_from_the_records_and_checked(tmp_path, cap
     ("sweep standard train.lr=0.003 test.bits %1", "records no 'test.bits'"),
     ("sweep standard train.lr=0.003 test.accuracy %1 best", "unknown flag 'best'"),
     ("sweep standard train.lr=0.003 test.accuracy 1", "expected METRIC then %N, .N or ,N"),
-])
-def test_a_quote_that_names_no_one_setting_is_refused(tmp_path, spec, message):
-    sweep_folder(tmp_path, RUNS)
-    assert_refused(tmp_path, spec, message)
-
-
-def test_a_difference_is_paired_by_seed_and_not_clipped(tmp_path):
-    sweep_folder(tmp_path, RUNS)
-    page = tmp_path / "README.md"
-    page.write_text(f"{quoted('sweep standard train.lr=0.003 test.accuracy %1 ci minus standard train.lr=0.01')} "
-                    f"{quoted('sweep standard train.lr=0.01 test.accuracy %0 seeds minus standard train.lr=0.003')} "
-                    f"{quoted('sweep mixit test.loss .3 mean minus standard train.lr=0.003 seed=0')}\n")
-    quote_file(page)
-    text = page.read_text()
-    # 0.90 - 0.5, 0.92 - 0.5, 0.97 - 0.5: mean 43.0, std 3.61, t(2) interval +- 8.96, not clipped at 0 or 100%
-    assert ">43.0% ± 3.6 [34.0, 52.0]<" in text
-    assert ">-40%, -42%, -47%<" in text  # seed by seed, the first minus the second
-    assert ">0.889<" in text  # (1 - 0.011) - (1 - 0.90): the second keeps the first's grid values it does not name
-
-
-@pytest.mark.parametrize("spec, message", [
+    # a difference: paired by seed, so both settings must hold the same seeds
     ("sweep standard train.lr=0.003 test.accuracy %1 minus mixit train.lr=0.003",
      r"has seeds \[0, 1, 2\] and mixit \[0\]"),
     ("sweep standard train.lr=0.003 test.accuracy %1 minus", "'minus' takes a variant"),
@@ -119,9 +99,25 @@ def test_a_difference_is_paired_by_seed_and_not_clipped(tmp_path):
     ("sweep standard train.lr=0.003 test.accuracy %1 minus mixit ci", "only KEY=VALUE"),
     ("sweep standard train.lr=0.003 test.accuracy %1 minus frozen_qk", "no finished run of frozen_qk"),
 ])
-def test_a_difference_of_unpaired_or_missing_settings_is_refused(tmp_path, spec, message):
+def test_a_quote_that_names_no_one_setting_is_refused(tmp_path, spec, message):
     sweep_folder(tmp_path, RUNS)
     assert_refused(tmp_path, spec, message)
+
+
+def test_a_difference_is_paired_by_seed_and_keeps_the_first_settings_values(tmp_path):
+    sweep_folder(tmp_path, RUNS)
+    page = tmp_path / "README.md"
+    page.write_text(f"{quoted('sweep standard train.lr=0.003 test.accuracy %1 ci minus standard train.lr=0.01')} "
+                    f"{quoted('sweep standard train.lr=0.01 test.accuracy %0 seeds minus standard train.lr=0.003')} "
+                    f"{quoted('sweep mixit test.loss .3 mean minus standard train.lr=0.003 seed=0')} "
+                    f"{quoted('sweep standard train.lr=0.003 seed=2 test.accuracy %0 mean minus standard train.lr=0.01')}\n")
+    quote_file(page)
+    text = page.read_text()
+    # 0.90 - 0.5, 0.92 - 0.5, 0.97 - 0.5: mean 43.0, std 3.61, t(2) interval +- 8.96
+    assert ">43.0% ± 3.6 [34.0, 52.0]<" in text
+    assert ">-40%, -42%, -47%<" in text  # seed by seed, the first minus the second
+    assert ">0.889<" in text  # (1 - 0.011) - (1 - 0.90)
+    assert ">47%<" in text  # 0.97 - 0.5: the second keeps the first's seed=2, which it does not name
 
 
 def test_an_llm_modules_experiment_is_quoted_by_arm(tmp_path):
@@ -136,11 +132,16 @@ def test_an_llm_modules_experiment_is_quoted_by_arm(tmp_path):
     page.write_text(f"{quoted('facts teacher held_out_exact %1 seeds')} "
                     f"{quoted('facts teacher held_out_answer_loss .2 mean minus random_teacher')} "
                     f"{quoted('facts random_teacher seed=2 held_out_exact %0 mean')} "
-                    f"{quoted('facts teacher held_out_exact %1 ci')}\n")
+                    f"{quoted('facts teacher held_out_exact %1 ci')} "
+                    f"{quoted('facts teacher held_out_exact %1 seeds minus random_teacher')} "
+                    f"{quoted('facts teacher held_out_exact %1 ci minus random_teacher')}\n")
     quote_file(page)
     text = page.read_text()
     assert ">2.0%, 0.0%, 5.0%<" in text and ">-0.17<" in text and ">2%<" in text
     assert ">2.3% ± 2.5 [0.0, 8.6]<" in text  # an exact-match rate's interval is clipped to [0, 100%] too
+    # Differences seed by seed (0.02 - 0, 0 - 0, 0.05 - 0.02), not value by value; their interval
+    # may go below 0, where the rate's own may not.
+    assert ">2.0%, 0.0%, 3.0%<" in text and ">1.7% ± 1.5 [-2.1, 5.5]<" in text
     assert_refused(tmp_path, "facts alone held_out_exact %1", "no finished run of alone")
 
 
