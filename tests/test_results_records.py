@@ -1,0 +1,72 @@
+"""Every committed result can be traced: a clean code version, and its per-run records beside it.
+
+The project's rule for `results/`: a figure counts only if the commit that made it is known
+(a version `X.Y.Z+<commit>`, never `-dirty` or a bare package version) and the records it
+was computed from are committed (a sweep's `runs/<run>/summary.json` and `metrics.jsonl`
+for every row of its `results.jsonl`, and no run that its `results.jsonl` does not list).
+A superseded or hand-edited folder breaks one of these, and this test names it.
+"""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parent.parent
+RESULTS = ROOT / "results"
+CLEAN = re.compile(r"^\d+\.\d+\.\d+\+[0-9a-f]{12}$")
+# Inputs an experiment wrote down, not results: the LLM-Modules facts' train/held-out split.
+DATA = {"split.json"}
+
+
+def versions_of(record) -> list:
+    """The code versions a JSON record names: at its top, in its `settings`, or (a run's `run.json`)
+    one for each time the run was started or resumed."""
+    if not isinstance(record, dict):
+        return [None]
+    if "starts" in record:
+        return [start.get("code_version") for start in record["starts"]] or [None]
+    return [record.get("code_version", (record.get("settings") or {}).get("code_version"))]
+
+
+def rel(path: Path) -> str:
+    return str(path.relative_to(RESULTS))
+
+
+JSON_RECORDS = sorted(p for p in RESULTS.rglob("*.json") if p.name not in DATA)
+# One test per experiment folder (results/<paper>/<experiment>), naming every record it fails on.
+EXPERIMENTS = sorted({p.relative_to(RESULTS).parts[:2] for p in JSON_RECORDS})
+SWEEPS = sorted(p.parent for p in RESULTS.rglob("results.jsonl") if "run_dir" in p.read_text().partition("\n")[0])
+REPORTS = sorted(RESULTS.rglob("report.md"))
+
+
+def test_the_tree_holds_records_to_check():
+    assert len(JSON_RECORDS) > 400 and len(SWEEPS) > 30 and len(REPORTS) > 30
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS, ids="/".join)
+def test_every_json_record_names_a_clean_commit(experiment):
+    records = [p for p in JSON_RECORDS if p.relative_to(RESULTS).parts[:2] == experiment]
+    unclean = [f"{rel(p)} ({v!r})" for p in records for v in versions_of(json.loads(p.read_text()))
+               if not (isinstance(v, str) and CLEAN.match(v))]
+    assert not unclean, f"records made by no clean commit (run their command again from a clean checkout): {unclean[:5]}"
+
+
+@pytest.mark.parametrize("folder", SWEEPS, ids=rel)
+def test_every_sweep_row_has_its_run_records_and_every_run_a_row(folder):
+    rows = [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines() if line.strip()]
+    listed = {row["run_dir"] for row in rows}
+    assert len(listed) == len(rows), f"{rel(folder)}: a run listed twice in results.jsonl"
+    for run_dir in sorted(listed):
+        for name in ("summary.json", "metrics.jsonl", "config.yaml"):
+            assert (folder / run_dir / name).is_file(), f"{rel(folder)}: {run_dir}/{name} is not committed"
+    on_disk = {str(p.parent.relative_to(folder)) for p in (folder / "runs").rglob("summary.json")}
+    assert on_disk <= listed, f"{rel(folder)}: runs not in results.jsonl (superseded?): {sorted(on_disk - listed)[:3]}"
+
+
+@pytest.mark.parametrize("report", REPORTS, ids=rel)
+def test_every_report_sits_beside_the_versioned_records_it_was_made_from(report):
+    folder = report.parent
+    versioned = [p for p in folder.glob("*.json") if p.name not in DATA] + list(folder.glob("runs/**/summary.json"))
+    assert versioned, f"{rel(report)} has no versioned record beside it (a *.json, or runs/*/summary.json)"
