@@ -4,6 +4,8 @@ asserted beyond what cannot be noise)."""
 import json
 import time
 
+import pytest
+
 import torch
 import torch.nn.functional as F
 
@@ -81,7 +83,6 @@ def test_knowledge_cost_command(tmp_path):
 
 
 def test_llama_throughput_command(tmp_path):
-    pytest = __import__("pytest")
     pytest.importorskip("transformers")
     result = modformer("bench", "llama", "--width", "32", "--layers", "1", "--heads", "2", "--batch", "2", "--seq", "16",
                        "--repeats", "1", "--threads", "1", "--precision", "fp32", "--checkpointing", "--reference",
@@ -97,6 +98,25 @@ def test_llama_throughput_command(tmp_path):
     assert rows[2]["peak_mib"] < rows[0]["peak_mib"]  # checkpointing keeps less
     assert "| peak MiB |" in result.stdout
     assert_clean_error(modformer("bench", "llama", "--heads", "3"), "--heads")
+
+
+def test_compile_with_reference_adds_each_reference_contender_compiled(monkeypatch):
+    import torch
+
+    from modformer.bench.llama import llama_throughput
+    compiled = []
+    monkeypatch.setattr(torch, "compile", lambda model: compiled.append(model) or model)  # the wiring, not Inductor
+    rows = llama_throughput(d_model=16, n_layers=1, n_heads=2, batch=2, seq_len=8, precisions=("fp32",),
+                            variants=("mixit",), hf=False, compiled=True, reference=True, repeats=1)
+    by_name = {r.contender: r for r in rows}
+    assert list(by_name) == ["modformer standard", "modformer standard, compiled", "modformer mixit",
+                             "modformer standard, reference", "modformer standard, reference, compiled",
+                             "modformer mixit, reference", "modformer mixit, reference, compiled",
+                             "matmul peak (GFLOP/s)"]
+    assert len(compiled) == 3 and all(by_name[n].peak_mib is None for n in by_name if n.endswith("compiled"))
+    # A compiled contender's MFU counts the same FLOPs per token as its eager twin's.
+    ref, ref_compiled = by_name["modformer mixit, reference"], by_name["modformer mixit, reference, compiled"]
+    assert ref.mfu / ref.tokens_per_s == pytest.approx(ref_compiled.mfu / ref_compiled.tokens_per_s)
 
 
 def test_scaling_command(tmp_path):

@@ -169,7 +169,8 @@ def add_bench_command(subparsers: argparse._SubParsersAction) -> argparse.Argume
     ll.add_argument("--checkpointing", action="store_true",
                     help="add our standard model with activation checkpointing (memory saved, time it costs)")
     ll.add_argument("--compile", action="store_true",
-                    help="add our standard model under torch.compile (compiled in the untimed warm-up steps)")
+                    help="add our standard model under torch.compile (compiled in the untimed warm-up steps); "
+                         "with --reference, each reference contender compiled too")
     ll.add_argument("--reference", action="store_true",
                     help="add the standard model and each variant in the random-attention reference construction "
                          "(model.construction: reference)")

@@ -16,7 +16,8 @@ model with activation checkpointing (its recomputation is not counted as useful 
 its MFU shows the cost) and the standard model under `torch.compile` (compiled during the
 untimed warm-up steps), and, with `reference`, the standard model and each variant in the
 random-attention reference construction (`model.construction: reference`: biases, and for
-MixiT learned positions, scaled projections and the gated shaped MLP).
+MixiT learned positions, scaled projections and the gated shaped MLP), each compiled as well
+when `compiled` is set.
 """
 
 from __future__ import annotations
@@ -99,8 +100,10 @@ def llama_throughput(*, d_model: int = 256, n_layers: int = 4, n_heads: int = 4,
         flops[f"modformer {name}"] = flops_per_token(built, seq_len)[0]
     for name in ("standard", *variants) if reference else ():
         built = reference_model_config(name, **sizes)
-        contenders[f"modformer {name}, reference"] = (build_model(built, seed=0), lambda out: out, False)
-        flops[f"modformer {name}, reference"] = flops_per_token(built, seq_len)[0]
+        # Compiled too with `compiled`: the form the long reference-construction runs train in.
+        for suffix, compile_it in ((", reference", False), (", reference, compiled", True))[:1 + compiled]:
+            contenders[f"modformer {name}{suffix}"] = (build_model(built, seed=0), lambda out: out, compile_it)
+            flops[f"modformer {name}{suffix}"] = flops_per_token(built, seq_len)[0]
     rows = []
     for precision in precisions:
         peak = matmul_peak(precision)
