@@ -5,7 +5,6 @@ import json
 import time
 
 import pytest
-
 import torch
 import torch.nn.functional as F
 
