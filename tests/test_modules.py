@@ -193,6 +193,22 @@ def test_experiment_runs_reports_and_continues_without_redoing_runs(tiny_teacher
         ModulesExperiment(tiny_config(tiny_teacher, "arms=[teacher]"), out, echo=lambda *_: None).run()
 
 
+def test_a_second_experiment_in_a_busy_folder_is_refused_before_it_writes(tiny_teacher, tmp_path, monkeypatch):
+    from modformer.bridge.experiment import LOCK_FILE, ModulesExperiment
+    from modformer.lock import FolderBusy, take_lock
+
+    monkeypatch.setenv("MODFORMER_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "out"
+    out.mkdir()
+    with take_lock(out / LOCK_FILE, wait=False):  # as a running `modformer modules` holds it
+        with pytest.raises(FolderBusy, match="one `modformer modules` per experiment folder"):
+            ModulesExperiment(tiny_config(tiny_teacher, "arms=[teacher]"), out, echo=lambda *_: None).run()
+        assert sorted(p.name for p in out.iterdir()) == [LOCK_FILE]  # nothing written
+    results = ModulesExperiment(tiny_config(tiny_teacher, "arms=[teacher]"), out, echo=lambda *_: None).run()
+    assert [(r["arm"], r["seed"]) for r in results] == [("teacher", 0)]  # released: the folder runs
+    assert (out / LOCK_FILE).read_text() == ""  # and the experiment left it released
+
+
 def test_a_corpus_of_conversations_is_read_as_turns(tiny_teacher, tmp_path, monkeypatch):
     """The paper's data layout (Bespoke-Stratos-17k: a conversation per row) as the corpus."""
     from modformer.bridge.experiment import ModulesExperiment

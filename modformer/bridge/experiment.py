@@ -7,7 +7,10 @@
                                 checkpoint.safetensors: a stopped run continues from there)
     OUT/results.jsonl           one line per finished run
     OUT/report.md, curves.png   written by `modules_report`
+    OUT/modules.lock            held while an experiment runs here (modformer/lock.py)
 
+One `modformer modules` at a time per folder: a second is refused at once, before it writes
+anything, naming the first (two would train the same arm and seed into the same files).
 A finished run (its summary.json exists) is never redone and a stopped one continues from its
 last checkpoint: run the same command again to continue a stopped experiment. Teacher
 states are cached once per (teacher, layer, texts)
@@ -32,6 +35,7 @@ from ..configtools import from_dict, to_dict
 from ..data.tokenizer import TextTokenizer, load_tokenizer, train_bpe
 from ..errors import ModformerError
 from ..files import atomic_write_folder, atomic_write_text, cache_root
+from ..lock import take_lock
 from ..precision import resolve_precision
 from ..train.checkpoint import read_checkpoint
 from ..train.loop import resolve_device
@@ -50,6 +54,7 @@ from .teacher import Teacher
 from .texts import EXTRACT, arithmetic_items, fact_items, load_corpus, split_items
 
 EVAL_ITEMS = 200  # training (and arithmetic held-out) items whose generated answers are scored
+LOCK_FILE = "modules.lock"  # held by the one process running an experiment folder
 
 
 def _comparable(cfg: ModulesConfig) -> dict[str, Any]:
@@ -260,6 +265,16 @@ class ModulesExperiment:
 
     def run(self) -> list[dict[str, Any]]:
         """Every (arm, seed) not yet finished; returns every finished run's result."""
+        try:
+            self.out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ModformerError(f"cannot write to the experiment folder {self.out}: {e.strerror or e}") from None
+        with take_lock(self.out / LOCK_FILE, wait=False, busy=(
+                f"{self.out} is being run by {{holder}}: one `modformer modules` per experiment folder (lock file "
+                f"{{path}}); wait for it to end or stop it, or choose another --out")):
+            return self._run()
+
+    def _run(self) -> list[dict[str, Any]]:
         self.prepare()
         bridged = [a for a in self.cfg.arms if ARMS[a].bridged]
         if bridged:  # a bridge that cannot be built fails now, not after the other arms have trained
