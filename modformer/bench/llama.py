@@ -101,7 +101,8 @@ def llama_throughput(*, d_model: int = 256, n_layers: int = 4, n_heads: int = 4,
     for name in ("standard", *variants) if reference else ():
         built = reference_model_config(name, **sizes)
         # Compiled too with `compiled`: the form the long reference-construction runs train in.
-        for suffix, compile_it in ((", reference", False), (", reference, compiled", True))[:1 + compiled]:
+        forms = [(", reference", False)] + ([(", reference, compiled", True)] if compiled else [])
+        for suffix, compile_it in forms:
             contenders[f"modformer {name}{suffix}"] = (build_model(built, seed=0), lambda out: out, compile_it)
             flops[f"modformer {name}{suffix}"] = flops_per_token(built, seq_len)[0]
     rows = []
