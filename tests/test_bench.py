@@ -100,9 +100,8 @@ def test_llama_throughput_command(tmp_path):
 
 
 def test_compile_with_reference_adds_each_reference_contender_compiled(monkeypatch):
-    import torch
-
     from modformer.bench.llama import llama_throughput
+
     compiled = []
     monkeypatch.setattr(torch, "compile", lambda model: compiled.append(model) or model)  # the wiring, not Inductor
     rows = llama_throughput(d_model=16, n_layers=1, n_heads=2, batch=2, seq_len=8, precisions=("fp32",),
@@ -119,7 +118,7 @@ def test_compile_with_reference_adds_each_reference_contender_compiled(monkeypat
 
 
 def test_scaling_command(tmp_path):
-    __import__("pytest").importorskip("transformers")
+    pytest.importorskip("transformers")
     result = modformer("bench", "scaling", "--widths", "16", "32", "--depths", "--seqs", "8", "--width", "32",
                        "--layers", "1", "--heads", "2", "--batch", "2", "--seq", "16", "--repeats", "1", "--threads",
                        "1", "--out", tmp_path)

@@ -34,7 +34,7 @@ import yaml
 from ..configtools import from_dict, to_dict
 from ..data.tokenizer import TextTokenizer, load_tokenizer, train_bpe
 from ..errors import ModformerError
-from ..files import atomic_write_folder, atomic_write_text, cache_root
+from ..files import atomic_write_folder, atomic_write_text, cache_root, output_folder
 from ..lock import take_lock
 from ..precision import resolve_precision
 from ..train.checkpoint import read_checkpoint
@@ -265,10 +265,7 @@ class ModulesExperiment:
 
     def run(self) -> list[dict[str, Any]]:
         """Every (arm, seed) not yet finished; returns every finished run's result."""
-        try:
-            self.out.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise ModformerError(f"cannot write to the experiment folder {self.out}: {e.strerror or e}") from None
+        output_folder(self.out)
         with take_lock(self.out / LOCK_FILE, wait=False, busy=(
                 f"{self.out} is being run by {{holder}}: one `modformer modules` per experiment folder (lock file "
                 f"{{path}}); wait for it to end or stop it, or choose another --out")):
