@@ -97,6 +97,25 @@ def sample_extra(data: dict[str, Any]) -> int:
 
 
 READINGS = ("v4.50", "v4.53")  # model.reference_transformers
+INIT_READINGS = ("released", "commented")  # model.reference_init
+
+
+def init_std(data: dict[str, Any]) -> float:
+    """0.02 as the reference's code runs (released), or 1/sqrt(width) as its commented-out line
+    reads (commented): utils.py ~99-102."""
+    model = data.get("model") or {}
+    if model.get("reference_init", INIT_READINGS[0]) != "commented":
+        return 0.02
+    width = model.get("d_model", ModelConfig().d_model)
+    return 1 / math.sqrt(width) if isinstance(width, int) and width > 0 else 0.02  # the loader names a bad width
+
+
+def memorization_batch(data: dict[str, Any]) -> int:
+    """hdmemorize_exp.py ~94: per_device_train_batch_size = min(full_train_size, 256 * 128), the
+    n^2 facts of its table (all of them: frac 1)."""
+    task = data.get("task") or {}
+    n = task.get("n", 512) if isinstance(task, dict) else 512
+    return min(n * n, 256 * 128) if isinstance(n, int) and n > 0 else 256 * 128
 
 
 def classifier_causal(data: dict[str, Any]) -> bool:
@@ -159,7 +178,9 @@ POINTS: tuple[Point, ...] = (
           "(modeling_llama.py _init_weights) that never receives a gradient", (CLASSIFIER,)),
     Point("model.attn_bias", True, BOTH, "depth.py get_model_config: config.attention_bias = True (so do the others)"),
     Point("model.ffn_bias", True, BOTH, "depth.py get_model_config: config.mlp_bias = True (so do the others)"),
-    Point("model.init_std", 0.02, BOTH, "depth.py get_model_config: initializer_range = 0.02"),
+    Point("model.init_std", init_std, BOTH,
+          "depth.py get_model_config: initializer_range = 0.02 (utils.py ~99: 'TODO make sure it's 1/sqrt(width)', "
+          "its 1/sqrt(n_embd) line commented out); model.reference_init chooses"),
     Point("model.norm_eps", 1e-6, BOTH, "transformers LlamaConfig default rms_norm_eps = 1e-6"),
     Point("model.tie_embeddings", False, BOTH, "transformers LlamaConfig default tie_word_embeddings = False"),
     Point("train.lr", 1e-2, BOTH, "depth.py ~49: learning_rate = 1e-2 if arch == 'transformer'", (DEPTH,)),
@@ -171,6 +192,15 @@ POINTS: tuple[Point, ...] = (
     Point("train.weight_decay", 1e-3, BOTH, "depth.py ~48 and each task file: weight_decay = 0.001", (DEPTH,)),
     Point("train.weight_decay", 1e-4, BOTH, "hdmemorize_exp.py ~47: weight_decay = 0.0001", (MEMORIZE,)),
     Point("train.weight_decay", 0.01, BOTH, "utils.py TrainingArguments ~21-23: weight_decay = 0.01", HF_TRAINERS),
+    Point("train.warmup_steps", 500, BOTH,
+          "task_*stream.py ~8: warmup_steps = 500, which replaces depth.py's 300 (depth.py ~50, the task file is "
+          "exec'd after it)", (DEPTH,)),
+    Point("train.warmup_steps", 500, BOTH, "hdmemorize_exp.py ~49: warmup_steps = 500", (MEMORIZE,)),
+    Point("train.batch_size", 1000, BOTH,
+          "task_*stream.py ~16: per_device_train_batch_size = 1000, as the reference README's depth.py command "
+          "runs it (scripts/depth_array.sh passes 128 instead)", (DEPTH,)),
+    Point("train.batch_size", memorization_batch, BOTH,
+          "hdmemorize_exp.py ~94: per_device_train_batch_size = min(n^2, 256 * 128)", (MEMORIZE,)),
     Point("train.schedule", "cosine", BOTH, "depth.py and hdmemorize_exp.py: lr_scheduler_type = 'cosine'",
           DEPTH_MODEL),
     Point("train.schedule", "linear", BOTH, "trainer.py and trainer_classifier.py: lr_scheduler_type = 'linear'",
@@ -244,88 +274,151 @@ def _fill(data: dict[str, Any], key: str, value: Any) -> None:
     node[last] = value
 
 
-def construction_label(config: dict[str, Any]) -> str:
-    """'corrected', 'reference', or 'reference except key=value, ...' for a resolved config
-    (plain data, as in config.yaml); outside depth.py's tasks the reference trainer is named,
-    and for the classifier the transformers reading: 'reference (trainer_classifier.py,
-    transformers 4.50 reading)'. `train.lr` is left out: it is a sweep's grid axis, and
-    reports name each run's learning rate on their own."""
+# How a label names a departure from the reference's optimizer; model keys keep their dotted name.
+SHORT_NAMES = {"train.lr": "lr", "train.warmup_steps": "warm-up", "train.batch_size": "batch",
+               "train.weight_decay": "weight decay", "train.schedule": "schedule", "train.betas": "betas",
+               "train.min_lr_ratio": "min lr ratio", "train.grad_clip": "grad clip"}
+
+
+def _value_text(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_value_text(v) for v in value) + "]"
+    return str(value)
+
+
+def departures(config: dict[str, Any]) -> list[str]:
+    """Each point of the reference construction a resolved config (plain data, as in
+    config.yaml) sets otherwise: ['lr 3e-3', 'warm-up 20', 'batch 256', 'model.skip_scale=0.5']."""
     model = config.get("model") or {}
-    if model.get("construction", "corrected") != "reference":
-        return "corrected"
     mode, trainer = mode_of(model), trainer_of(config)
     changed = []
     for point in POINTS:
-        if not point.applies(mode, trainer) or point.key == "train.lr":
+        if not point.applies(mode, trainer):
             continue
         found, value = _lookup(config, point.key)
         if found and (list(value) if isinstance(value, tuple) else value) != point.plain(config):
-            changed.append(f"{point.key}={value}")
-    form = ""
+            short = SHORT_NAMES.get(point.key)
+            changed.append(f"{short} {_value_text(value)}" if short else f"{point.key}={_value_text(value)}")
+    return changed
+
+
+def construction_label(config: dict[str, Any]) -> str:
+    """'corrected', or 'reference (SCRIPT)' for a resolved config (plain data, as in config.yaml),
+    with every departure from that script named: 'reference (depth.py) except lr 3e-3, warm-up
+    20, batch 256'; for the classifier, the transformers reading: 'reference
+    (trainer_classifier.py, transformers v4.50 reading)', and for the commented-out
+    initialisation, 'reference (depth.py, init 1/sqrt(width))'."""
+    model = config.get("model") or {}
+    if model.get("construction", "corrected") != "reference":
+        return "corrected"
+    trainer = trainer_of(config)
+    form = [trainer]
     if trainer == CLASSIFIER:
-        form = f" ({trainer}, transformers {model.get('reference_transformers', READINGS[0])} reading)"
-    elif trainer != DEPTH:
-        form = f" ({trainer})"
-    return "reference" + form + (" except " + ", ".join(changed) if changed else "")
+        form.append(f"transformers {model.get('reference_transformers', READINGS[0])} reading")
+    if model.get("reference_init", INIT_READINGS[0]) == "commented":
+        form.append("init 1/sqrt(width)")
+    changed = departures(config)
+    return f"reference ({', '.join(form)})" + (" except " + ", ".join(changed) if changed else "")
 
 
 @dataclass(frozen=True)
-class PaperBudget:
-    """What the paper trained one model of a reference trainer's tasks on, in that trainer's unit."""
+class ReferenceBudget:
+    """What the reference script that launches a task trains one model on, in that script's
+    unit, with where each number comes from; `other` names another launch of the same task
+    (the README's command against the Slurm script) where the two differ."""
 
     amount: float
     unit: str  # "sequences", or "tokens" for language modelling
+    script: str  # the reference trainer: depth.py, hdmemorize_exp.py, trainer.py, trainer_classifier.py
     source: str
+    other: str = ""
 
 
-# Each trainer's budget as the reference states it: sequences for the algorithmic tasks,
-# memorization and sentiment, tokens for language modelling (a block of 128 tokens is not one
-# of its sequences).
-PAPER_BUDGETS = {
-    DEPTH: PaperBudget(100_000 * 128, "sequences",
-                       "about 10^5 steps of 128 sequences (scripts/depth_array.sh: per_device_train_batch_size 128)"),
-    MEMORIZE: PaperBudget(500 * 32_768, "sequences",
-                          "scripts/depth_array.sh's max_steps 500 of hdmemorize_exp.py's batch min(n^2, 256 * 128), "
-                          "32,768 for its n = 512"),
-    LM_TRAINER: PaperBudget(40_000 * 512 * 256, "tokens",
-                            "the reference README's trainer.py command: 40,000 steps of 512 sequences of 256 tokens"),
-    CLASSIFIER: PaperBudget(3_000 * 32, "sequences",
-                            "the reference README's trainer_classifier.py command: 3,000 steps of the default 32"),
+def _depth_budget(task_file: str, train_size: int, why: str, max_steps: int = 500, other: str = "") -> ReferenceBudget:
+    """depth.py trains max_steps x train_size // batch steps of `batch` sequences (depth.py
+    ~389, "train_steps in previous repo is actually num_train_epochs"): max_steps x train_size
+    sequences whatever the batch."""
+    sequences = max_steps * train_size
+    return ReferenceBudget(
+        sequences, "sequences", DEPTH,
+        f"depth.py ~389 trains max_steps x train_size // batch steps of batch sequences: max_steps {max_steps} x "
+        f"train_size {train_size:,} ({task_file}: {why}) = {sequences:.3g} sequences, "
+        f"{sequences // 1000:,} steps of the task file's batch 1,000 or {sequences // 128:,} of "
+        f"scripts/depth_array.sh's 128", other)
+
+
+# Each paper task's budget in the unit of the reference script that launches it. k-hop has no
+# task file in the reference (the paper reports it, no script trains it), so no budget.
+REFERENCE_BUDGETS: dict[str, ReferenceBudget] = {
+    "condattend": _depth_budget(
+        "task_condattendstream.py ~21", 200_000, "vocab_size 512 > 256",
+        other="the README's depth.py command and scripts/depth_array.sh both give max_steps 500"),
+    "addition": _depth_budget(
+        "task_additionstream.py ~23", 80_000, "additionstream_10 of the README's command, min_len <= 10",
+        other="the README's depth.py command (max_steps 500, additionstream_10)"),
+    "dyck": _depth_budget(
+        "task_dyckstream.py ~21", 200_000, "dyckstream_40 of the README's Slurm command, max_len > 30",
+        max_steps=300, other="the README's run_depth_array.sh command (max_steps 300, batch 256); "
+                             "scripts/depth_array.sh's default max_steps 500 gives 1e+08"),
+    "memorization": ReferenceBudget(
+        500 * 32_768, "sequences", MEMORIZE,
+        "scripts/depth_array.sh passes max_steps 500 to hdmemorize_exp.py (task=memorize; max_steps > 0 wins over "
+        "its num_train_epochs, ~373) of batch min(n^2, 256 x 128) = 32,768 for n = 512 (~94)",
+        "hdmemorize_exp.py's own default max_steps 100 (~39) gives 3.28e+06"),
+    "lm": ReferenceBudget(
+        40_000 * 512 * 256, "tokens", LM_TRAINER,
+        "the reference README's trainer.py command: 40,000 steps of 512 sequences of 256 tokens",
+        "the README's Slurm command (scripts/run_train.sh): 80,000 steps of 128 per device on 4 GPUs, "
+        "256 tokens: 1.05e+10"),
+    "sentiment": ReferenceBudget(
+        3_000 * 32, "sequences", CLASSIFIER,
+        "the reference README's trainer_classifier.py command: 3,000 steps of utils.py's default batch 32",
+        "the README's Slurm command (scripts/run_train_classifier.sh): 10,000 steps of 128 per device on 2 GPUs: "
+        "2.56e+06"),
 }
 REFERENCE_WIDTH = 512
 # The random-attention paper's tasks, the only ones its budgets and width are compared with.
 PAPER_TASKS = ("condattend", "addition", "dyck", "khop", "memorization", "lm", "sentiment")
 
 
-def paper_budget(config: dict[str, Any]) -> PaperBudget | None:
-    """The paper's budget for a config's task (condattend where it names none, the default), or
-    None for a task that is not the paper's."""
-    return PAPER_BUDGETS[trainer_of(config)] if task_name(config) in PAPER_TASKS else None
+def reference_budget(config: dict[str, Any]) -> ReferenceBudget | None:
+    """The reference script's budget for a config's task (condattend where it names none, the
+    default), or None for a task no reference script trains."""
+    return REFERENCE_BUDGETS.get(task_name(config))
 
 
 def budget(config: dict[str, Any]) -> dict[str, Any]:
-    """What a run trains on in its reference trainer's unit (sequences, or tokens for language
-    modelling), the paper's amount and the fraction of it, and its width and fraction of the
-    paper's: {"sequences", "amount", "unit", "paper", "fraction", "width", "width_fraction"};
-    for a task that is not the paper's, sequences, with paper, fraction and width_fraction None."""
+    """What a run trains on in its reference script's unit (sequences, or tokens for language
+    modelling), the script's amount and the fraction of it, and its width and fraction of the
+    paper's: {"sequences", "amount", "unit", "paper", "script", "fraction", "width",
+    "width_fraction"} ("paper": the reference script's amount); for a task that no reference
+    script trains, sequences, with paper, script, fraction and width_fraction None (the width
+    fraction stays for the paper's k-hop)."""
     train, model, task = (config.get(k) or {} for k in ("train", "model", "task"))
     sequences = int(train.get("steps", 0)) * int(train.get("batch_size", 0))
-    paper = paper_budget(config)
-    amount = sequences * int(task.get("seq_len", 0)) if paper is not None and paper.unit == "tokens" else sequences
+    ref = reference_budget(config)
+    amount = sequences * int(task.get("seq_len", 0)) if ref is not None and ref.unit == "tokens" else sequences
     width = int(model.get("d_model", 0))
-    return {"sequences": sequences, "amount": amount, "unit": "sequences" if paper is None else paper.unit,
-            "paper": None if paper is None else paper.amount,
-            "fraction": None if paper is None else amount / paper.amount, "width": width,
-            "width_fraction": None if paper is None else width / REFERENCE_WIDTH}
+    paper_task = task_name(config) in PAPER_TASKS
+    return {"sequences": sequences, "amount": amount, "unit": "sequences" if ref is None else ref.unit,
+            "paper": None if ref is None else ref.amount, "script": None if ref is None else ref.script,
+            "fraction": None if ref is None else amount / ref.amount, "width": width,
+            "width_fraction": width / REFERENCE_WIDTH if paper_task else None}
 
 
 def budget_text(b: dict[str, Any]) -> str:
-    """'51,200 sequences (0.4% of the paper's ~1.28e+07), width 64 (0.125x its 512)', or
-    '51,200 sequences, width 64' for a task that is not the paper's; a budget recorded before
-    units were (a summary of an older run) counts sequences of the paper's algorithmic tasks."""
-    depth = PAPER_BUDGETS[DEPTH]
-    amount, unit, paper = b.get("amount", b["sequences"]), b.get("unit", depth.unit), b.get("paper", depth.amount)
+    """'51,200 sequences (0.0512% of depth.py's 1e+08), width 64 (0.125x the paper's 512)', or
+    '51,200 sequences, width 64' for a task that no reference script trains. A budget recorded
+    before scripts were named (an older run's summary, whose "paper" was another count) says
+    its amount only; reports compute the budget from the run's config.yaml where it has one."""
+    amount, unit = b.get("amount", b["sequences"]), b.get("unit", "sequences")
+    paper = b.get("paper") if "script" in b else None
+    width = f"width {b['width']}"
+    if b.get("width_fraction") is not None:
+        width += f" ({b['width'] / REFERENCE_WIDTH:.3g}x the paper's {REFERENCE_WIDTH})"
     if paper is None:
-        return f"{amount:,} {unit}, width {b['width']}"
-    return (f"{amount:,} {unit} ({100 * amount / paper:.3g}% of the paper's ~{paper:.3g}), "
-            f"width {b['width']} ({b['width'] / REFERENCE_WIDTH:.3g}x its {REFERENCE_WIDTH})")
+        return f"{amount:,} {unit}, {width}"
+    script = b.get("script") or "the reference's"
+    return f"{amount:,} {unit} ({100 * amount / paper:.3g}% of {script}'s {paper:.3g}), {width}"

@@ -30,7 +30,7 @@ def reference(variant="mixit", *overrides, trainer="depth.py", **model):
     """A config of `variant` in the reference construction, with `trainer`'s task (TASKS)."""
     data = {"model": {"construction": "reference", "variant": variant, "d_model": D, "n_layers": 2, "n_heads": 4,
                       **model}, "task": dict(TASKS[trainer]),
-            "train": {"steps": 200, **({"warmup_steps": 10} if trainer == "depth.py" else {})}}
+            "train": {"steps": 200}}
     for key, value in overrides:
         node = data
         *path, last = key.split(".")
@@ -70,8 +70,11 @@ VANILLA = {"model.learned_positions": False, "model.rope": True, "model.skip_sca
            "model.residual_scale": 1.0, "model.ffn": "swiglu", "model.scaled_linear": None}
 MIXING = {"model.learned_positions": True, "model.mixing.sink_head": True, "model.ffn": "shaped_leaky_glu",
           "model.mixing.bidirectional_drift": "reference"}
-DEPTH_TRAIN = {"train.lr": 1e-2, "train.weight_decay": 1e-3, "train.schedule": "cosine"}
-MEMORIZE_TRAIN = {"train.lr": 5e-3, "train.weight_decay": 1e-4, "train.schedule": "cosine"}
+DEPTH_TRAIN = {"train.lr": 1e-2, "train.weight_decay": 1e-3, "train.schedule": "cosine", "train.warmup_steps": 500,
+               "train.batch_size": 1000}
+# hdmemorize_exp.py's batch: min(n^2, 256 * 128) facts, 256 for the n = 16 of TASKS.
+MEMORIZE_TRAIN = {"train.lr": 5e-3, "train.weight_decay": 1e-4, "train.schedule": "cosine", "train.warmup_steps": 500,
+                  "train.batch_size": 256}
 HF_TRAIN = {"train.lr": 5e-4, "train.weight_decay": 0.01, "train.schedule": "linear"}
 H = math.sqrt(0.5)
 
@@ -124,7 +127,8 @@ def test_the_hf_trainers_warm_up_for_at_least_500_steps():
     from modformer.train.config import LoopConfig
     assert [hf_warmup({"train": {"steps": n}}) for n in (200, 12_500, 12_525, 40_000)] == [500, 500, 501, 1600]
     assert DEFAULT_STEPS == LoopConfig().steps  # a config without train.steps trains this many
-    assert "train.warmup_steps" not in filled("standard", "depth.py", steps=20_000)
+    # depth.py and hdmemorize_exp.py: the task file's and hdmemorize_exp.py's fixed 500.
+    assert filled("standard", "depth.py", steps=20_000)["train.warmup_steps"] == 500
 
 
 def test_the_docs_table_lists_every_point():
@@ -250,9 +254,9 @@ def test_causal_rows_sum_to_one_and_bidirectional_rows_follow_the_reference_form
 
 
 def test_reference_optimizer_settings():
-    cfg = reference("standard")
-    assert (cfg.train.lr, cfg.train.weight_decay, cfg.train.betas, cfg.train.min_lr_ratio) == (
-        1e-2, 1e-3, (0.9, 0.999), 0.0)
+    cfg = reference("standard", ("train.steps", 2000))
+    assert (cfg.train.lr, cfg.train.weight_decay, cfg.train.betas, cfg.train.min_lr_ratio, cfg.train.warmup_steps,
+            cfg.train.batch_size, cfg.train.schedule) == (1e-2, 1e-3, (0.9, 0.999), 0.0, 500, 1000, "cosine")
     opt = build_optimizer(build_model(cfg.model, seed=0), cfg.train)
     assert all(group["betas"] == (0.9, 0.999) for group in opt.param_groups)
     assert learning_rate(cfg.train.steps, cfg.train) == pytest.approx(0.0, abs=1e-12)
@@ -263,8 +267,12 @@ def test_explicit_keys_win_and_the_label_names_them():
     assert cfg.model.learned_positions is False and cfg.train.weight_decay == 0.1
     assert cfg.model.mixing.sink_head is True
     assert construction_label(cfg.to_dict()) == (
-        "reference except model.learned_positions=False, train.weight_decay=0.1")
-    assert construction_label(reference("mixit", ("train.lr", 3e-3)).to_dict()) == "reference"  # lr: a grid axis
+        "reference (depth.py) except model.learned_positions=False, weight decay 0.1")
+    # The optimizer's departures are named too, lr included: a run at lr 3e-3 is not the script's.
+    assert construction_label(reference("mixit", ("train.lr", 3e-3), ("train.warmup_steps", 20),
+                                        ("train.batch_size", 256)).to_dict()) == (
+        "reference (depth.py) except lr 0.003, warm-up 20, batch 256")
+    assert construction_label(reference("mixit").to_dict()) == "reference (depth.py)"
     # The resolved config reloads to the same config (a resume reads config.yaml).
     assert config_from_dict(cfg.to_dict()) == cfg
 
@@ -282,25 +290,46 @@ def test_an_unknown_construction_is_refused():
         config_from_dict({"model": {"construction": "paper"}, "task": {"name": "condattend", "n_pairs": 4}})
 
 
-def test_budget_is_stated_as_a_fraction_of_the_papers():
+def test_retrievals_budget_is_what_depth_py_trains():
+    """depth.py ~389: max_steps x train_size // batch steps of `batch` sequences, with
+    max_steps 500 (the README's command and depth_array.sh) and task_condattendstream.py's
+    train_size 200,000 (vocabulary 512): 10^8 sequences at the task file's batch 1,000 and,
+    to within one batch, at depth_array.sh's 128."""
+    from modformer.construction import REFERENCE_BUDGETS, budget, budget_text
+    max_steps, train_size = 500, 200_000
+    for batch in (1000, 128):
+        sequences = (max_steps * train_size // batch) * batch
+        assert abs(REFERENCE_BUDGETS["condattend"].amount - sequences) < batch
+    b = budget(reference("mixit", ("train.batch_size", 256), ("train.steps", 50_000)).to_dict())
+    assert b["fraction"] == pytest.approx(50_000 * 256 / (max_steps * train_size))  # 12.8%, not 100%
+    assert (b["script"], b["unit"]) == ("depth.py", "sequences")
+    assert budget_text(b) == "12,800,000 sequences (12.8% of depth.py's 1e+08), width 64 (0.125x the paper's 512)"
+    # Every budget names its source script and line.
+    for task, ref in REFERENCE_BUDGETS.items():
+        assert ref.script in ref.source or ref.script in ("trainer.py", "trainer_classifier.py"), task
+        assert "~" in ref.source or "README" in ref.source, task
+
+
+def test_budget_is_stated_in_the_reference_scripts_unit():
     from modformer.construction import budget, budget_text
     b = budget(reference("mixit", ("train.batch_size", 256)).to_dict())
-    assert b == {"sequences": 200 * 256, "amount": 200 * 256, "unit": "sequences", "paper": 12_800_000,
-                 "fraction": 51_200 / 12_800_000, "width": D, "width_fraction": D / 512}
-    assert budget_text(b) == "51,200 sequences (0.4% of the paper's ~1.28e+07), width 64 (0.125x its 512)"
+    assert b == {"sequences": 200 * 256, "amount": 200 * 256, "unit": "sequences", "paper": 100_000_000,
+                 "script": "depth.py", "fraction": 51_200 / 100_000_000, "width": D, "width_fraction": D / 512}
+    assert budget_text(b) == "51,200 sequences (0.0512% of depth.py's 1e+08), width 64 (0.125x the paper's 512)"
     # Language modelling counts tokens against the reference README's 40,000 x 512 x 256;
     # sentiment reviews against its classifier command's 3,000 x 32.
     lm = budget(reference("mixit", ("train.batch_size", 32), trainer="trainer.py").to_dict())
     assert (lm["amount"], lm["unit"], lm["paper"]) == (200 * 32 * 32, "tokens", 40_000 * 512 * 256)
-    assert budget_text(lm).startswith("204,800 tokens (0.00391% of the paper's ~5.24e+09)")
+    assert budget_text(lm).startswith("204,800 tokens (0.00391% of trainer.py's 5.24e+09)")
     reviews = budget(reference("mixit", ("train.batch_size", 32), trainer="trainer_classifier.py").to_dict())
     assert (reviews["amount"], reviews["unit"], reviews["fraction"]) == (6_400, "sequences", 6_400 / 96_000)
     # Memorization against depth_array.sh's 500 steps of hdmemorize_exp.py's batch of 32,768.
     facts = budget(reference("mixit", ("train.batch_size", 512), trainer="hdmemorize_exp.py").to_dict())
     assert (facts["amount"], facts["unit"], facts["paper"]) == (200 * 512, "sequences", 500 * 32_768)
-    # A summary written before budgets had units still reads as sequences.
-    assert budget_text({"sequences": 51_200, "fraction": 0.004, "width": 64, "width_fraction": 0.125}) == (
-        "51,200 sequences (0.4% of the paper's ~1.28e+07), width 64 (0.125x its 512)")
+    # A summary written before budgets named their script counted against another amount: its
+    # amount alone is said.
+    assert budget_text({"sequences": 51_200, "paper": 12_800_000, "fraction": 0.004, "width": 64,
+                        "width_fraction": 0.125}) == "51,200 sequences, width 64 (0.125x the paper's 512)"
 
 
 def test_the_papers_budget_is_named_only_for_the_papers_tasks():
@@ -309,7 +338,9 @@ def test_the_papers_budget_is_named_only_for_the_papers_tasks():
         b = budget(config_from_dict({"task": {"name": task}, "train": {"steps": 10, "batch_size": 8}}).to_dict())
         assert (b["paper"], b["fraction"], b["width_fraction"]) == (None, None, None)
         assert budget_text(b) == "80 sequences, width 128"
-    assert "of the paper's" in budget_text(budget(config_from_dict({"task": {"name": "khop"}}).to_dict()))
+    # k-hop is the paper's task, but no reference script trains it: its width only.
+    assert budget_text(budget(config_from_dict({"task": {"name": "khop"}}).to_dict())) == (
+        "64,000 sequences, width 128 (0.25x the paper's 512)")
 
 
 def test_budget_plot_draws_every_grid_point_and_only_for_budget_or_width_grids(tmp_path):
@@ -331,7 +362,7 @@ def test_budget_plot_draws_every_grid_point_and_only_for_budget_or_width_grids(t
 def test_attention_models_label_their_deviations_and_keep_q_k_plain():
     cfg = reference("standard", skip_scale=0.5, scaled_linear=[512, 1])
     assert construction_label(cfg.to_dict()) == (
-        "reference except model.skip_scale=0.5, model.scaled_linear=[512.0, 1.0]")
+        "reference (depth.py) except model.skip_scale=0.5, model.scaled_linear=[512, 1]")
     attention = build_model(cfg.model, seed=0).blocks[0].mixer
     assert type(attention.q_proj) is nn.Linear and type(attention.k_proj) is nn.Linear
     assert isinstance(attention.v_proj, ScaledLinear)
@@ -373,8 +404,11 @@ def test_reports_read_construction_and_budget_from_older_runs_configs(tmp_path):
     (tmp_path / "runs" / "a").mkdir(parents=True)
     (tmp_path / "runs" / "a" / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict()))
     old = {"run_id": "a", "run_dir": "runs/a", "summary": {"test": {}}}
-    assert _run_facts(tmp_path, old) == ("reference", "51,200 sequences (0.4% of the paper's ~1.28e+07), "
-                                                      "width 64 (0.125x its 512)")
+    assert _run_facts(tmp_path, old) == ("reference (depth.py) except batch 256",
+                                         "51,200 sequences (0.0512% of depth.py's 1e+08), width 64 (0.125x the paper's 512)")
+    # The label is computed from config.yaml, not taken from an older summary's shorter one.
+    assert _run_facts(tmp_path, {**old, "summary": {"construction": "reference", "test": {}}})[0] == (
+        "reference (depth.py) except batch 256")
     assert _run_facts(tmp_path, {"run_id": "b", "run_dir": "runs/b", "summary": {}}) == ("not recorded",) * 2
 
 

@@ -67,6 +67,11 @@ class ModelConfig:
                 "under: its sentiment classifier's attention is causal under 4.50-4.52 (v4.50, the default: the "
                 "paper's runs predate 4.53, released 2025-06-26, after the paper) and bidirectional from 4.53 on "
                 "(v4.53); read by model.construction: reference")
+    reference_init: str = option(
+        "released", "the reading of the reference's initialisation scale: released (initializer_range = 0.02, as "
+                    "its code runs: utils.py ~99, hdmemorize_exp.py ~165) or commented (1/sqrt(d_model), the line "
+                    "utils.py comments out under 'TODO make sure it's 1/sqrt(width)'); fills model.init_std; read by "
+                    "model.construction: reference")
     variant: str = option("standard", "registered variant: a builder plus a freeze specification (`modformer list`)")
     mixer: str = option("attention", "sequence mixer of every block: a registered name, an import path "
                                      "package.module:Class, or an entry point (`modformer list`)")
@@ -137,6 +142,8 @@ class ModelConfig:
         if self.reference_transformers not in ("v4.50", "v4.53"):
             raise ConfigError(f"model.reference_transformers must be v4.50 or v4.53, "
                               f"got '{self.reference_transformers}'")
+        if self.reference_init not in ("released", "commented"):
+            raise ConfigError(f"model.reference_init must be released or commented, got '{self.reference_init}'")
         if self.pad_id is not None and not 0 <= self.pad_id < (self.vocab_size or self.pad_id + 1):
             raise ConfigError(f"model.pad_id={self.pad_id} is not a token of the vocabulary ({self.vocab_size})")
         if self.construction not in ("corrected", "reference"):

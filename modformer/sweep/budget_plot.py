@@ -75,7 +75,7 @@ def draw_curves(lines: dict[str, dict[float, list[float]]], field: str, mark: fl
         above = [0.0 if s.n < 2 else min(s.high, high_bound) - s.mean for s in stats]
         ax.errorbar(xs, [s.mean for s in stats], yerr=[below, above], marker="o", capsize=3, label=label)
     if mark is not None:
-        ax.axvline(mark, color="grey", linestyle="--", label=f"the paper's {field} (~{mark:,})")
+        ax.axvline(mark, color="grey", linestyle="--", label=f"the reference script's {field} (~{mark:.3g})")
     ax.set(xscale="log", xlabel="width (d_model)" if field == "width" else f"{field} trained on",
            ylabel=f"test {metric}")
     if math.isfinite(low_bound) and math.isfinite(high_bound):  # a bounded metric (accuracy): its whole range

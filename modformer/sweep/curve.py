@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..configtools import apply_override, flatten
-from ..construction import PAPER_BUDGETS, REFERENCE_WIDTH, budget, paper_budget
+from ..construction import REFERENCE_WIDTH, budget, reference_budget
 from ..errors import ModformerError
 from ..files import atomic_write_text
 from ..stats import metric_bounds, summarize
@@ -119,34 +119,34 @@ def curve_points(sweep_dirs: Sequence[Path], where: Sequence[str] = (), axis: st
     return points
 
 
-def _paper_mark(sweep_dirs: Sequence[Path], axis: str) -> tuple[str, float | None]:
-    """(x's unit, the paper's amount of it): its width, or the budget of the reference trainer
-    of the first sweep's runs (sequences, or tokens for language modelling); the amount is
-    None where those runs are not of one of the paper's tasks."""
+def _paper_mark(sweep_dirs: Sequence[Path], axis: str) -> tuple[str, float | None, str]:
+    """(x's unit, the reference's amount of it, whose amount): the paper's width, or the budget
+    of the reference script that launches the first sweep's task (sequences, or tokens for
+    language modelling); the amount is None where no reference script trains that task."""
     for run in read_results(Path(sweep_dirs[0])).values():
         config = run_config(Path(sweep_dirs[0]), run)
         if config is not None:
-            paper = paper_budget(config)
+            ref = reference_budget(config)
             if axis == "width":
-                return "width", None if paper is None else REFERENCE_WIDTH
-            return ("sequences", None) if paper is None else (paper.unit, paper.amount)
-    return ("width", REFERENCE_WIDTH) if axis == "width" else ("sequences", PAPER_BUDGETS["depth.py"].amount)
+                return "width", None if ref is None else REFERENCE_WIDTH, "the paper's"
+            return ("sequences", None, "") if ref is None else (ref.unit, ref.amount, f"{ref.script}'s")
+    return ("width", REFERENCE_WIDTH, "the paper's") if axis == "width" else ("sequences", None, "")
 
 
 def write_curve(sweep_dirs: Sequence[Path], out: Path, where: Sequence[str] = (), axis: str = "sequences",
                 metric: str = "accuracy") -> Path:
     """Draw the curve to `out` (.png) and its table to the same name with .md; returns the table's path."""
     points = curve_points(sweep_dirs, where, axis, metric)
-    unit, mark = _paper_mark(sweep_dirs, axis)
+    unit, mark, whose = _paper_mark(sweep_dirs, axis)
     out = Path(out)
     draw_curves({variant: {x: [value for value, _ in runs] for x, runs in xs.items()}
                  for variant, xs in points.items()}, unit, mark, out, metric)
     lines = [f"# {out.stem}: test {metric} against {unit}", "",
              f"From {', '.join(f'`{Path(d)}`' for d in sweep_dirs)}"
              + (f", runs with {', '.join(f'`{w}`' for w in where)}" if where else "")
-             + (f"; the paper's {unit}: ~{mark:,}" if mark is not None else "")
+             + (f"; {whose} {unit}: ~{mark:,.0f}" if mark is not None else "")
              + f". Figure: [{out.name}]({out.name}).", "",
-             f"| variant | {unit} |" + (" fraction of the paper's |" if mark is not None else "")
+             f"| variant | {unit} |" + (f" fraction of {whose} |" if mark is not None else "")
              + f" seeds | test {metric} (mean ± std [95% interval]) | from |",
              "|---" * (6 if mark is not None else 5) + "|"]
     for variant, xs in sorted(points.items()):

@@ -225,11 +225,11 @@ def write_report(sweep_dir: str | Path) -> Path:
 
 
 def _run_facts(sweep_dir: Path, run: dict[str, Any]) -> tuple[str, str]:
-    """(construction, budget text) of a finished run: the construction its summary recorded
-    (or, for runs made before summaries did, its config's), the budget from its config.yaml
-    (else as its summary recorded it)."""
+    """(construction, budget text) of a finished run, both from its config.yaml (so that a run
+    recorded before labels named every departure is labelled as today's are), else as its
+    summary recorded them."""
     summary, config = run["summary"], run_config(sweep_dir, run)
-    construction = summary.get("construction") or (config and construction_label(config))
+    construction = construction_label(config) if config else summary.get("construction")
     b = run_budget(config, summary)
     return (construction or "not recorded"), (budget_text(b) if b else "not recorded")
 
@@ -239,9 +239,11 @@ def _construction_section(sweep_dir: Path, variants: list[str], groups, chosen) 
     lines = ["## Construction and budget", "",
              "Construction: `reference` is the paper's reference code (`model.construction: reference`), "
              "`corrected` our defaults (docs/papers/random-attention.md, 'The reference construction'). Budget: what each run trained "
-             "on and its width, against the paper's in its reference trainer's unit (`construction.PAPER_BUDGETS`: "
-             "~10^5 steps of 128 sequences for the algorithmic tasks, 500 steps of 32,768 for memorization, "
-             "the reference README's commands for language modelling, in tokens, and sentiment) at width 512.", "",
+             "on and its width, against what the reference script that launches the task trains one model on, in "
+             "that script's unit (`construction.REFERENCE_BUDGETS`, each with its source: depth.py's max_steps x "
+             "train_size sequences for the algorithmic tasks, 1e8 for retrieval; hdmemorize_exp.py's 500 steps of "
+             "32,768 for memorization; the README's commands for language modelling, in tokens, and sentiment), "
+             "and the paper's width 512. A reference label names every setting that departs from that script's.", "",
              "| variant | construction | budget |", "|---|---|---|"]
     for v in variants:
         facts = sorted({_run_facts(sweep_dir, r) for r in groups[(v, chosen[v])]})
