@@ -59,7 +59,14 @@ def _lists_after_paragraphs(markdown: str) -> str:
     return "\n".join(out)
 
 
+def github_anchor(heading: str) -> str:
+    """A heading's anchor as GitHub makes it: lower case, punctuation dropped, spaces to '-'."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
 def _github_links(markdown: str, folder: Path, files: Files) -> str:
+    headings = {github_anchor(m.group(1)) for m in re.finditer(r"^#{1,6} (.+)$", markdown, flags=re.M)}
+
     def link(match: re.Match) -> str:
         text, target, anchor = match.group(1), match.group(2), match.group(3) or ""
         if target and "://" not in target and files.get_file_from_path((folder / target).as_posix()) is None:
@@ -67,8 +74,8 @@ def _github_links(markdown: str, folder: Path, files: Files) -> str:
             if files.get_file_from_path((folder / readme).as_posix()) is None:
                 return f"{text} (`{(folder / target).as_posix()}/`)"  # a folder of records, not on the site
             target = readme
-        if not target:  # GitHub numbers a repeated heading's anchor -1, Python-Markdown _1
-            anchor = re.sub(r"-(\d+)$", r"_\1", anchor)
+        if not target and anchor[1:] not in headings:  # GitHub numbers a repeated heading's anchor -1,
+            anchor = re.sub(r"-(\d+)$", r"_\1", anchor)  # Python-Markdown _1 (not a heading ending in a number)
         return f"[{text}]({target}{anchor})"
 
     return re.sub(r"\[([^\]]*)\]\(([^)#\s]*)(#[^)\s]*)?\)", link, markdown)
