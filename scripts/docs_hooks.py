@@ -32,8 +32,13 @@ def on_files(files: Files, config) -> Files:
     return files
 
 
+QUOTE_MARKER = re.compile(r"<!--/?q( [^>]*)?-->")
+
+
 def on_page_markdown(markdown: str, page, config, files: Files) -> str:
-    markdown = _lists_after_paragraphs(markdown)
+    # The quote markers (`modformer quote` refills what they enclose) are invisible on GitHub;
+    # here a line that starts with one would open a raw HTML block and split its paragraph.
+    markdown = _lists_after_paragraphs(QUOTE_MARKER.sub("", markdown))
     if page.file.src_uri == "cli.md":
         return markdown.replace(CLI_MARKER, command_reference())
     if page.file.src_uri.startswith("results/"):

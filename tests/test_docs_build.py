@@ -107,3 +107,15 @@ def test_mkdocs_serve_starts(tmp_path):
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_quote_markers_do_not_split_a_paragraph():
+    """A line that starts with `<!--q ...-->` would open a raw HTML block in Python-Markdown
+    and cut its paragraph in two; the hooks drop the (invisible) markers first."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        from docs_hooks import QUOTE_MARKER
+    finally:
+        sys.path.pop(0)
+    text = "MixiT scores\n<!--q main_reference mixit train.lr=0.003 test.accuracy %2 mean-->0.77%<!--/q-->, alone."
+    assert QUOTE_MARKER.sub("", text) == "MixiT scores\n0.77%, alone."
