@@ -7,6 +7,7 @@ from .config import RunConfig, load_config
 from .model.hooks import capture
 from .variants import build_model
 from .version import __version__
+from . import papers  # noqa: E402,F401  (last: each paper's experiments register on top of the library)
 
 __all__ = ["RunConfig", "load_config", "build_model", "capture", "config", "train_run", "evaluate_run", "load_run",
            "sweep", "__version__"]

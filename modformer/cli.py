@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -18,8 +19,9 @@ from .bridge.packaged import NAME as PACKAGED_TEACHER
 from .bridge.packaged import packaged_teacher_folder
 from .config import RunConfig, load_config
 from .configtools import describe, field_help, key_lines
+from .constructions import CONSTRUCTIONS
 from .data import named_sources
-from .errors import Interrupted, ModformerError
+from .errors import Interrupted, ModformerError, storage_fault
 from .generate import add_generate_command
 from .knowledge.convert import convert
 from .pretrained_kb.command import add_kb_pretrained_command
@@ -180,8 +182,12 @@ def cmd_list(args: argparse.Namespace) -> int:
         v = VARIANTS[name]
         frozen = f"; freezes {', '.join(v.freeze)}" if v.freeze else ""
         print(f"  {name:<20}{v.description}{frozen}")
-    print("constructions (model.construction): corrected (our defaults), reference (the random-attention "
-          "reference code's models and optimizer: docs/papers/random-attention.md, 'The reference construction')")
+    print("constructions (model.construction):")
+    for name in CONSTRUCTIONS:
+        c = CONSTRUCTIONS[name]
+        options = "" if c.Options is None else "; options (model.construction_options): " + ", ".join(
+            f"{f.name} (default {f.default})" for f in dataclasses.fields(c.Options))
+        print(f"  {name:<20}{c.description}{options}")
     for title, registry, options in (("mixers (model.mixer)", MIXERS, "model.mixer_options"),
                                      ("feed-forward modules (model.ffn)", FFNS, "model.ffn_options")):
         print(f"{title}: " + ", ".join(registry))
@@ -353,6 +359,12 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into `head` and the like
         sys.stderr.close()
         return 0
+    except OSError as e:  # a full, read-only or failing disk: one line; anything else is a bug
+        message = storage_fault(e)
+        if message is None:
+            raise
+        print(f"modformer: error: {message}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import yaml
 from . import tasks as _tasks  # noqa: F401  (registers the tasks)
 from . import variants as _variants  # noqa: F401  (registers the variants and parts)
 from .configtools import apply_override, from_dict, option, read_yaml, to_dict
-from .construction import apply_construction
+from .constructions import apply_construction, construction_options
 from .errors import ConfigError
 from .model.config import ModelConfig
 from .model.part_options import resolved_options
@@ -75,18 +75,6 @@ def _variant_mixer(data: dict[str, Any], saved: bool) -> None:
                                   f"model.variant={other}, so that reports name it")
 
 
-def _drawn_before_extra_positions(data: dict[str, Any]) -> None:
-    """A run's own record written before `model.mixing.extra_positions` existed (2026-12-02) was
-    drawn for its model's own length, whatever the construction fills in today: read it so."""
-    model = data.get("model")
-    if isinstance(model, dict) and model.get("construction") == "reference":
-        mixing = model.get("mixing")
-        if mixing is None:
-            model["mixing"] = {"extra_positions": 0}
-        elif isinstance(mixing, dict):
-            mixing.setdefault("extra_positions", 0)
-
-
 def _unread_ffn(model: ModelConfig) -> None:
     """A variant that builds its own feed-forward modules (knowledge) refuses a `model.ffn`
     it would not build, or `model.ffn_options` it would not read, rather than ignoring them."""
@@ -106,16 +94,14 @@ def _unread_ffn(model: ModelConfig) -> None:
 
 def config_from_dict(data: dict[str, Any] | None, *, saved: bool = False) -> RunConfig:
     """Strictly build a `RunConfig` from plain data; the variant's own mixer is filled in
-    (`_variant_mixer`), `model.construction: reference` fills in the reference's values
-    (`construction.py`), and the model's vocabulary and sequence length, when null, are
+    (`_variant_mixer`), the named construction fills in its values (`constructions.py`; older
+    configs are read first), and the model's vocabulary and sequence length, when null, are
     resolved from the task. `saved`: the data is a run's own record (see `_variant_mixer`)."""
     data = copy.deepcopy(data) if data else {}
     if not isinstance(data, dict):
         raise ConfigError(f"a config must be a mapping with sections model, task, train; got {type(data).__name__}")
     _variant_mixer(data, saved)
-    if saved:
-        _drawn_before_extra_positions(data)
-    apply_construction(data)
+    apply_construction(data, saved)
     task_data = data.pop("task", None) or {}
     if not isinstance(task_data, dict):
         raise ConfigError(f"task: expected a mapping, got {task_data!r}")
@@ -134,6 +120,7 @@ def config_from_dict(data: dict[str, Any] | None, *, saved: bool = False) -> Run
     # Every option of a part, defaults included, so that config.yaml rebuilds the model even after
     # the part's code changes a default (a saved run is read the same way: what it recorded wins).
     model = replace(model,
+                    construction_options=construction_options(model.construction, model.construction_options),
                     mixer_options=resolved_options(MIXERS, model.mixer, model.mixer_options, "model.mixer_options"),
                     ffn_options=resolved_options(FFNS, model.ffn, model.ffn_options, "model.ffn_options"))
     train = from_dict(TrainConfig, data.get("train"), "train")

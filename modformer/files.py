@@ -20,8 +20,39 @@ _OURS = re.compile(r"^\..+\.(?:tmp|partial)-(\d+)$")
 _SAFETENSORS = re.compile(r"^\.tmp[A-Za-z0-9]{6}$")
 
 
+def fsync_folder(folder: Path) -> None:
+    """Make a rename or a new file in `folder` durable (a crash after this keeps it)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return  # a platform without directory handles
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some file systems do not sync folders; the file itself is synced
+    finally:
+        os.close(fd)
+
+
+def durable_append(path: Path, text: str) -> None:
+    """Append `text` in a single O_APPEND write, then fsync: the lines stay whole beside
+    another process's, and once this returns they survive a crash or a failing disk (a crash
+    before it leaves the file as it was, or with a torn last line, which readers skip)."""
+    path = Path(path)
+    created = not path.exists()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        os.write(fd, text.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    if created:
+        fsync_folder(path.parent)
+
+
 def atomic_write(path: Path, write) -> None:
-    """Call `write(tmp_path)`, then move the result over `path` in one rename."""
+    """Call `write(tmp_path)`, then move the result over `path` in one rename, durably: a
+    crash leaves the old content or the new, never an empty or partial file."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
@@ -32,6 +63,7 @@ def atomic_write(path: Path, write) -> None:
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # some writers create private temp files
         os.replace(tmp, path)
+        fsync_folder(path.parent)
     finally:
         if tmp.exists():
             tmp.unlink()

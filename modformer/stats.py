@@ -62,3 +62,15 @@ def summarize(values: Sequence[float]) -> Summary:
         return Summary(1, mean, 0.0, math.nan)
     std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
     return Summary(n, mean, std, t95(n - 1) * std / math.sqrt(n))
+
+
+def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The 95% Wilson score interval of a rate of `successes` in `n` trials (seeds): where
+    outcomes are bimodal (a seed solves a task or it does not), the rate is the figure to
+    report, and with few seeds the interval stays inside [0, 1] and wide, as it should."""
+    if n < 1 or not 0 <= successes <= n:
+        raise ValueError(f"a rate needs 0 <= successes <= n, n >= 1; got {successes} of {n}")
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return max(0.0, centre - half), min(1.0, centre + half)

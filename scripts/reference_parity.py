@@ -12,7 +12,7 @@ Trainer decays against ours, and transformers' learning-rate schedule against ou
 
 The reference's head 0 (its sink) is not copied: the reference builds it itself, so a
 difference in the sink shows in the logits. The classifier is compared in both of its
-readings (`model.reference_transformers` v4.50 and v4.53): under the transformers this runs
+readings (`model.construction_options.transformers` v4.50 and v4.53): under the transformers this runs
 with, one of them should match.
 
 Needs the network once, to install: a checkout of princeton-pli/MixiT and a venv with
@@ -54,7 +54,7 @@ def ours(variant: str, trainer: str, reading: str = "v4.50"):
     from modformer.variants import build_model
 
     model = {"construction": "reference", "variant": variant, "d_model": D, "n_layers": LAYERS, "n_heads": HEADS,
-             "vocab_size": VOCAB, "max_seq_len": T, "reference_transformers": reading}
+             "vocab_size": VOCAB, "max_seq_len": T, "construction_options": {"transformers": reading}}
     cfg = config_from_dict({"model": model, "task": dict(TASKS[trainer]), "train": {"steps": 1000}})
     net = build_model(cfg.model, seed=0)
     g = torch.Generator().manual_seed(1)

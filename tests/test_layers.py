@@ -36,3 +36,17 @@ def test_no_import_cycles():
         if m not in state:
             visit(m, [m])
     assert cycles == []
+
+
+def test_the_library_names_no_papers_budget():
+    """The library knows no paper: budgets against a paper's scripts, its construction's names
+    and its report sections live in modformer/papers/<paper> (which the layer contract keeps
+    every other module from importing). A module outside it that states such a budget fails."""
+    import re
+
+    budget_words = re.compile(r"REFERENCE_BUDGETS|REFERENCE_WIDTH|PAPER_BUDGETS|paper_budget|of the paper's"
+                              r"|depth\.py's|max_steps x train_size")
+    package = ROOT / "modformer"
+    naming = [str(path.relative_to(ROOT)) for path in package.rglob("*.py")
+              if "papers" not in path.relative_to(package).parts and budget_words.search(path.read_text())]
+    assert naming == []

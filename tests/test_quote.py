@@ -120,6 +120,25 @@ def test_a_difference_is_paired_by_seed_and_keeps_the_first_settings_values(tmp_
     assert ">47%<" in text  # 0.97 - 0.5: the second keeps the first's seed=2, which it does not name
 
 
+def test_a_bimodal_outcome_is_quoted_as_a_success_rate_with_its_wilson_interval(tmp_path):
+    """Seeds that either solve the task or do not: the rate above a threshold, its 95% Wilson
+    interval (4 of 8: [21.5%, 78.5%], the textbook value) and the mean of each mode."""
+    from modformer.stats import wilson
+
+    low, high = wilson(4, 8)
+    assert (round(low, 4), round(high, 4)) == (0.2152, 0.7848)
+    assert wilson(0, 3)[0] == 0.0 and round(wilson(0, 3)[1], 4) == 0.5615
+    runs = [("mixit", 0.003, s, a, [[0.0, 0.0]]) for s, a in enumerate([1.0, 0.25, 0.998, 0.26, 1.0, 0.24, 0.64, 1.0])]
+    sweep_folder(tmp_path, runs)
+    page = tmp_path / "README.md"
+    page.write_text(quoted("sweep mixit test.accuracy %1 above=0.9") + " " + quoted("sweep mixit test.accuracy %0 above=0.1"))
+    quote_file(page)
+    text = page.read_text()
+    assert ">4 of 8 seeds above 90% (50% [22, 78]); means 100.0% and 34.8%<" in text
+    assert ">8 of 8 seeds above 10% (100% [68, 100]); mean 67%<" in text
+    assert_refused(tmp_path, "sweep mixit test.accuracy %1 above=most", "above= takes a number")
+
+
 def test_an_llm_modules_experiment_is_quoted_by_arm(tmp_path):
     """`modformer modules` writes one results.jsonl line per arm and seed, no run ids or grid."""
     out = tmp_path / "facts"

@@ -16,7 +16,8 @@ from torch import nn
 
 from modformer import build_model, capture
 from modformer.config import config_from_dict
-from modformer.construction import POINTS, construction_label
+from modformer.constructions import construction_label
+from modformer.papers.random_attention.construction import POINTS
 from modformer.errors import ConfigError
 from modformer.model.config import MixingConfig
 from modformer.model.mixing import mixing_matrices
@@ -48,8 +49,8 @@ TASKS = {"depth.py": {"name": "condattend", "n_pairs": 4},
 
 def filled(variant, trainer, **train):
     """{key: value} the switch fills in for `variant` with `trainer`'s task."""
-    from modformer.construction import apply_construction
-    data = apply_construction({"model": {"construction": "reference", "variant": variant},
+    from modformer.papers.random_attention.construction import fill_reference
+    data = fill_reference({"model": {"construction": "reference", "variant": variant},
                                "task": dict(TASKS[trainer]), "train": dict(train)})
     flat = {}
 
@@ -123,7 +124,7 @@ def test_mixing_is_drawn_for_the_references_whole_sample():
 
 
 def test_the_hf_trainers_warm_up_for_at_least_500_steps():
-    from modformer.construction import DEFAULT_STEPS, hf_warmup
+    from modformer.papers.random_attention.construction import DEFAULT_STEPS, hf_warmup
     from modformer.train.config import LoopConfig
     assert [hf_warmup({"train": {"steps": n}}) for n in (200, 12_500, 12_525, 40_000)] == [500, 500, 501, 1600]
     assert DEFAULT_STEPS == LoopConfig().steps  # a config without train.steps trains this many
@@ -295,7 +296,7 @@ def test_retrievals_budget_is_what_depth_py_trains():
     max_steps 500 (the README's command and depth_array.sh) and task_condattendstream.py's
     train_size 200,000 (vocabulary 512): 10^8 sequences at the task file's batch 1,000 and,
     to within one batch, at depth_array.sh's 128."""
-    from modformer.construction import REFERENCE_BUDGETS, budget, budget_text
+    from modformer.papers.random_attention.budget import REFERENCE_BUDGETS, budget, budget_text
     max_steps, train_size = 500, 200_000
     for batch in (1000, 128):
         sequences = (max_steps * train_size // batch) * batch
@@ -311,7 +312,7 @@ def test_retrievals_budget_is_what_depth_py_trains():
 
 
 def test_budget_is_stated_in_the_reference_scripts_unit():
-    from modformer.construction import budget, budget_text
+    from modformer.papers.random_attention.budget import budget, budget_text
     b = budget(reference("mixit", ("train.batch_size", 256)).to_dict())
     assert b == {"sequences": 200 * 256, "amount": 200 * 256, "unit": "sequences", "paper": 100_000_000,
                  "script": "depth.py", "fraction": 51_200 / 100_000_000, "width": D, "width_fraction": D / 512}
@@ -333,7 +334,7 @@ def test_budget_is_stated_in_the_reference_scripts_unit():
 
 
 def test_the_papers_budget_is_named_only_for_the_papers_tasks():
-    from modformer.construction import budget, budget_text
+    from modformer.papers.random_attention.budget import budget, budget_text
     for task in ("mqar", "repeat"):
         b = budget(config_from_dict({"task": {"name": task}, "train": {"steps": 10, "batch_size": 8}}).to_dict())
         assert (b["paper"], b["fraction"], b["width_fraction"]) == (None, None, None)
@@ -399,7 +400,7 @@ def test_signal_propagation_builds_the_reference_construction():
 
 def test_reports_read_construction_and_budget_from_older_runs_configs(tmp_path):
     import yaml
-    from modformer.sweep.report import _run_facts
+    from modformer.papers.random_attention.report import run_facts as _run_facts
     cfg = reference("mixit", ("train.batch_size", 256))
     (tmp_path / "runs" / "a").mkdir(parents=True)
     (tmp_path / "runs" / "a" / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict()))
@@ -463,15 +464,32 @@ def test_the_classifier_attention_reading_is_named_and_chosen():
     causal = reference("standard", trainer="trainer_classifier.py")
     assert causal.model.attention.causal is True
     assert construction_label(causal.to_dict()) == "reference (trainer_classifier.py, transformers v4.50 reading)"
-    bidirectional = reference("standard", trainer="trainer_classifier.py", reference_transformers="v4.53")
+    bidirectional = reference("standard", trainer="trainer_classifier.py", construction_options={"transformers": "v4.53"})
     assert bidirectional.model.attention.causal is False
     assert construction_label(bidirectional.to_dict()) == (
         "reference (trainer_classifier.py, transformers v4.53 reading)")
     # The mixing attention reads is_causal=False itself: bidirectional in both readings.
     assert reference("mixit", trainer="trainer_classifier.py").model.mixing.causal is False
     assert construction_label(reference("mixit", trainer="trainer.py").to_dict()) == "reference (trainer.py)"
-    with pytest.raises(ConfigError, match="reference_transformers"):
-        reference("standard", trainer="trainer_classifier.py", reference_transformers="4.53")
+    with pytest.raises(ConfigError, match="construction_options"):
+        reference("standard", trainer="trainer_classifier.py", construction_options={"transformers": "4.53"})
+    # A config written when the reading was model.reference_transformers reads the same.
+    assert reference("standard", trainer="trainer_classifier.py", reference_transformers="v4.53") == bidirectional
+
+
+def test_the_initialisation_readings_are_named_and_chosen():
+    """released: 0.02, as the reference's code runs; commented: 1/sqrt(width), its commented-out line."""
+    released, commented = reference("standard"), reference("standard", construction_options={"init": "commented"})
+    assert (released.model.init_std, commented.model.init_std) == (0.02, 1 / math.sqrt(D))
+    assert construction_label(commented.to_dict()) == "reference (depth.py, init 1/sqrt(width))"
+    assert construction_label(reference("standard", init_std=0.05).to_dict()) == (
+        "reference (depth.py) except model.init_std=0.05")
+    weights = build_model(commented.model, seed=0).blocks[0].mixer.q_proj.weight
+    assert abs(weights.std().item() - 1 / math.sqrt(D)) < 0.01
+    # A corrected config never read the older keys: they are dropped, not refused.
+    cfg = config_from_dict({"model": {"reference_transformers": "v4.50", "reference_init": "released"},
+                            "task": {"name": "condattend", "n_pairs": 4}})
+    assert cfg.model.construction_options == {}
 
 
 def test_a_frozen_pad_row_needs_a_pad_token():

@@ -32,7 +32,7 @@ from typing import Any, Sequence
 import torch
 
 from ..configtools import apply_override, from_dict
-from ..construction import apply_construction
+from ..constructions import apply_construction
 from ..errors import ConfigError
 from ..files import atomic_write_text, output_folder
 from ..model.config import ModelConfig

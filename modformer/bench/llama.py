@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..construction import reference_model_config
+from ..constructions import constructed_model
 from ..model.config import ModelConfig
 from ..precision import autocast
 from ..registry import VARIANTS
@@ -99,7 +99,7 @@ def llama_throughput(*, d_model: int = 256, n_layers: int = 4, n_heads: int = 4,
         contenders[f"modformer {name}"] = (build_model(built, seed=0), lambda out: out, False)
         flops[f"modformer {name}"] = flops_per_token(built, seq_len)[0]
     for name in ("standard", *variants) if reference else ():
-        built = reference_model_config(name, **sizes)
+        built = constructed_model("reference", name, **sizes)
         # Compiled too with `compiled`: the form the long reference-construction runs train in.
         forms = [(", reference", False)] + ([(", reference, compiled", True)] if compiled else [])
         for suffix, compile_it in forms:

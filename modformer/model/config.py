@@ -59,19 +59,12 @@ class AttentionConfig:
 @dataclass
 class ModelConfig:
     construction: str = option(
-        "corrected", "corrected: our defaults, every option as written here; reference: the random-attention "
-                     "reference code's construction (princeton-pli/MixiT) for the chosen variant and its optimizer "
-                     "settings, filled in for every key not set explicitly (docs/papers/random-attention.md, 'The reference construction')")
-    reference_transformers: str = option(
-        "v4.50", "the reading of the reference where its behaviour depends on the transformers version it runs "
-                "under: its sentiment classifier's attention is causal under 4.50-4.52 (v4.50, the default: the "
-                "paper's runs predate 4.53, released 2025-06-26, after the paper) and bidirectional from 4.53 on "
-                "(v4.53); read by model.construction: reference")
-    reference_init: str = option(
-        "released", "the reading of the reference's initialisation scale: released (initializer_range = 0.02, as "
-                    "its code runs: utils.py ~99, hdmemorize_exp.py ~165) or commented (1/sqrt(d_model), the line "
-                    "utils.py comments out under 'TODO make sure it's 1/sqrt(width)'); fills model.init_std; read by "
-                    "model.construction: reference")
+        "corrected", "how keys this config leaves unset are filled in: corrected (our defaults, every option as "
+                     "written here) or a registered construction that fills in another codebase's values for the "
+                     "chosen variant and task, every explicit key still winning (`modformer list` names them)")
+    construction_options: dict[str, Any] = option(
+        default_factory=dict, help="the construction's own options (its readings, where the codebase it follows "
+                                   "has two), checked against the options it declares (`modformer list`)")
     variant: str = option("standard", "registered variant: a builder plus a freeze specification (`modformer list`)")
     mixer: str = option("attention", "sequence mixer of every block: a registered name, an import path "
                                      "package.module:Class, or an entry point (`modformer list`)")
@@ -139,15 +132,8 @@ class ModelConfig:
             raise ConfigError(f"model.rope needs an even head width, got d_model/n_heads={self.head_dim}")
         if self.n_heads % self.kv_heads:
             raise ConfigError(f"model.n_kv_heads={self.n_kv_heads} does not divide model.n_heads={self.n_heads}")
-        if self.reference_transformers not in ("v4.50", "v4.53"):
-            raise ConfigError(f"model.reference_transformers must be v4.50 or v4.53, "
-                              f"got '{self.reference_transformers}'")
-        if self.reference_init not in ("released", "commented"):
-            raise ConfigError(f"model.reference_init must be released or commented, got '{self.reference_init}'")
         if self.pad_id is not None and not 0 <= self.pad_id < (self.vocab_size or self.pad_id + 1):
             raise ConfigError(f"model.pad_id={self.pad_id} is not a token of the vocabulary ({self.vocab_size})")
-        if self.construction not in ("corrected", "reference"):
-            raise ConfigError(f"model.construction must be corrected or reference, got '{self.construction}'")
         if self.scaled_linear is not None and min(self.scaled_linear) <= 0:
             raise ConfigError(f"model.scaled_linear bases must be positive, got {list(self.scaled_linear)}")
         if self.scaled_linear is not None and self.tie_embeddings:

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..files import durable_append
 from ..version import code_version
 
 
@@ -30,6 +31,5 @@ def append_record(path: Path, key: str, record: dict[str, Any], started: float) 
     full = {"key": key, **record, "seconds": round(time.time() - started, 1), "code_version": code_version(),
             "command": " ".join(command)}
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as f:  # one line, flushed at once: a killed run leaves whole lines
-        f.write(json.dumps(full) + "\n")
+    durable_append(path, json.dumps(full) + "\n")  # one line, synced: a killed run leaves whole lines
     return full

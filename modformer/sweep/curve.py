@@ -4,7 +4,7 @@ A curve's points often come from different sweeps: the 1x point from the sweep t
 verdict, the 4x and 16x points from a budget sweep run later, width 512 from a run that did
 not fit with the others. `modformer curve DIR... --out FILE.png` draws test accuracy (or
 another test metric, e.g. `--metric loss`) against what the runs trained on (sequences, or
-tokens for language modelling; `construction.budget`) or against width, one line
+tokens for language modelling; `train.budget.trained`) or against width, one line
 per variant, from every finished run of those folders that matches `--where` (e.g.
 `train.lr=0.003`, so that a sweep whose grid held two rates adds only the runs comparable
 with the others), and writes beside the figure a Markdown table of every point with the
@@ -20,13 +20,17 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Sequence
 
+import yaml
+
 from ..configtools import apply_override, flatten
-from ..construction import REFERENCE_WIDTH, budget, reference_budget
 from ..errors import ModformerError
 from ..files import atomic_write_text
 from ..stats import metric_bounds, summarize
+from ..train.budget import trained
 from .budget_plot import draw_curves
 from .runner import read_results, run_config
+from .sections import mark as paper_mark
+from .sections import papers_of
 
 # --x: what the runs trained on, in their reference trainer's unit (sequences, or tokens for
 # language modelling; the flag keeps its name), or their width.
@@ -107,7 +111,7 @@ def curve_points(sweep_dirs: Sequence[Path], where: Sequence[str] = (), axis: st
             if metric not in test:
                 raise ModformerError(f"--metric {metric}: run {run['run_id']} of {sweep_dir} has no such test metric "
                                      f"(it has {', '.join(sorted(test))})")
-            b = budget(config)
+            b = trained(config)
             x = b["amount"] if axis == "sequences" else b["width"]
             points[run["variant"]][x].append((test[metric], sweep_dir.name))
             configs[(run["variant"], x)].append((flat, sweep_dir.name))
@@ -119,34 +123,36 @@ def curve_points(sweep_dirs: Sequence[Path], where: Sequence[str] = (), axis: st
     return points
 
 
-def _paper_mark(sweep_dirs: Sequence[Path], axis: str) -> tuple[str, float | None, str]:
-    """(x's unit, the reference's amount of it, whose amount): the paper's width, or the budget
-    of the reference script that launches the first sweep's task (sequences, or tokens for
-    language modelling); the amount is None where no reference script trains that task."""
-    for run in read_results(Path(sweep_dirs[0])).values():
-        config = run_config(Path(sweep_dirs[0]), run)
+def _paper_mark(sweep_dirs: Sequence[Path], axis: str) -> tuple[str, tuple[float, str] | None]:
+    """(x's unit, the mark of the paper whose experiment the first sweep is, or None): the unit
+    is the first run's (sequences, or tokens for language modelling), or width."""
+    sweep_dir = Path(sweep_dirs[0])
+    spec = yaml.safe_load((sweep_dir / "sweep.yaml").read_text()) if (sweep_dir / "sweep.yaml").exists() else {}
+    for run in read_results(sweep_dir).values():
+        config = run_config(sweep_dir, run)
         if config is not None:
-            ref = reference_budget(config)
-            if axis == "width":
-                return "width", None if ref is None else REFERENCE_WIDTH, "the paper's"
-            return ("sequences", None, "") if ref is None else (ref.unit, ref.amount, f"{ref.script}'s")
-    return ("width", REFERENCE_WIDTH, "the paper's") if axis == "width" else ("sequences", None, "")
+            papers = papers_of((spec.get("sweep") or {}).get("paper"), [config])
+            field = "width" if axis == "width" else "amount"
+            unit = "width" if axis == "width" else trained(config)["unit"]
+            return unit, paper_mark(papers, config, field)
+    return ("width" if axis == "width" else "sequences"), None
 
 
 def write_curve(sweep_dirs: Sequence[Path], out: Path, where: Sequence[str] = (), axis: str = "sequences",
                 metric: str = "accuracy") -> Path:
     """Draw the curve to `out` (.png) and its table to the same name with .md; returns the table's path."""
     points = curve_points(sweep_dirs, where, axis, metric)
-    unit, mark, whose = _paper_mark(sweep_dirs, axis)
+    unit, marked = _paper_mark(sweep_dirs, axis)
+    mark, whose = (None, "") if marked is None else marked
     out = Path(out)
     draw_curves({variant: {x: [value for value, _ in runs] for x, runs in xs.items()}
-                 for variant, xs in points.items()}, unit, mark, out, metric)
+                 for variant, xs in points.items()}, unit, marked, out, metric)
     lines = [f"# {out.stem}: test {metric} against {unit}", "",
              f"From {', '.join(f'`{Path(d)}`' for d in sweep_dirs)}"
              + (f", runs with {', '.join(f'`{w}`' for w in where)}" if where else "")
-             + (f"; {whose} {unit}: ~{mark:,.0f}" if mark is not None else "")
+             + (f"; marked: {whose}" if mark is not None else "")
              + f". Figure: [{out.name}]({out.name}).", "",
-             f"| variant | {unit} |" + (f" fraction of {whose} |" if mark is not None else "")
+             f"| variant | {unit} |" + (" fraction of the mark |" if mark is not None else "")
              + f" seeds | test {metric} (mean ± std [95% interval]) | from |",
              "|---" * (6 if mark is not None else 5) + "|"]
     for variant, xs in sorted(points.items()):

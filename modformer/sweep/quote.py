@@ -17,7 +17,11 @@ its `metrics.jsonl`), and how to write it:
 - then, optionally, `ci` (the 95% t interval after it, clipped to the metric's range),
   `mean` (the mean alone), `seeds` (each seed's value, in seed order), `min` or `max` (the
   smallest or largest seed's value), `range` (both: `0.83-0.98`, `26.9-28.4%`) or `n` (the
-  number of runs).
+  number of runs);
+- or `above=T`: the success rate where outcomes are bimodal, the seeds whose value exceeds
+  the threshold T (in the metric's own scale: `above=0.9` for 90%), with the 95% Wilson
+  interval of the rate and, in N decimals of the format, the mean of each mode:
+  `4 of 8 seeds above 90% (50% [22, 78]); means 99.9% and 27.3%`.
 
 A difference between two settings, paired by seed, appends `minus`, a variant and any
 grid values of the second (the first's grid values are kept unless named again); the flags
@@ -60,7 +64,7 @@ import yaml
 from .bench_records import bench_value, read_bench
 from ..errors import ModformerError
 from ..files import atomic_write_text
-from ..stats import metric_bounds, summarize
+from ..stats import metric_bounds, summarize, wilson
 from ..train.records import read_records
 from .runner import read_results
 
@@ -160,6 +164,26 @@ def _figure(values: list[float], kind: str, digits: int, flag: str | None, bound
     return text
 
 
+def _threshold(spec: str, flag: str) -> float:
+    try:
+        return float(flag.split("=", 1)[1])
+    except ValueError:
+        raise ModformerError(f"quote '{spec}': above= takes a number (the metric's threshold)") from None
+
+
+def _rate(values: list[float], kind: str, digits: int, threshold: float) -> str:
+    """'4 of 8 seeds above 90% (50% [22, 78]); means 99.9% and 27.3%': the seeds past the
+    threshold, the rate's 95% Wilson interval, and each mode's mean (one where all agree)."""
+    unit = "%" if kind == "%" else ""
+    above = [v for v in values if v > threshold]
+    below = [v for v in values if v <= threshold]
+    low, high = wilson(len(above), len(values))
+    text = (f"{len(above)} of {len(values)} seeds above {_number(threshold, kind, 0)}{unit} "
+            f"({100 * len(above) / len(values):.0f}% [{100 * low:.0f}, {100 * high:.0f}])")
+    modes = [_number(sum(m) / len(m), kind, digits) + unit for m in (above, below) if m]
+    return text + ("; means " + " and ".join(modes) if len(modes) == 2 else f"; mean {modes[0]}")
+
+
 def _fields(words: list[str]) -> dict[str, str]:
     """Leading KEY=VALUE words, taken off `words`."""
     where = {}
@@ -217,6 +241,10 @@ def render(spec: str, records: Records) -> str:
         raise ModformerError(f"quote '{spec}': expected METRIC then %N, .N or ,N then at most one flag "
                              f"({', '.join(sorted(FLAGS))})")
     metric, fmt, flag = rest[0], rest[1], rest[2] if len(rest) == 3 else None
+    if flag is not None and flag.startswith("above=") and minus is None:
+        runs = records.runs(folder, variant, where)
+        return _rate([_metric(r, metric, records.root / folder) for r in runs], fmt[0], int(fmt[1]),
+                     _threshold(spec, flag))
     if flag is not None and flag not in FLAGS:
         raise ModformerError(f"quote '{spec}': unknown flag '{flag}' (known: {', '.join(sorted(FLAGS))})")
     runs = records.runs(folder, variant, where)

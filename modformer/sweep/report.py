@@ -15,14 +15,14 @@ from typing import Any
 
 import yaml
 
-from ..construction import budget_text, construction_label
 from ..errors import ModformerError
 from ..figures import plt, save_figure
 from ..files import atomic_write_text
 from ..train.mfu import OWN
 from ..train.records import read_records
-from .budget_plot import plot_budget, run_budget
+from .budget_plot import plot_budget
 from .runner import read_results, run_config
+from .sections import PRINTED, SECTIONS, papers_of
 from ..stats import metric_bounds, summarize
 
 
@@ -141,7 +141,12 @@ def write_report(sweep_dir: str | Path) -> Path:
         lines += ["**Grid points with no finished run yet (not shown; the same sweep command continues "
                   "them):** " + ", ".join(unstarted), ""]
 
-    lines += _construction_section(sweep_dir, variants, groups, chosen)
+    # A paper's experiment (its construction, or sweep.paper) gets that paper's sections.
+    configs = [run_config(sweep_dir, r) for v in variants for r in groups[(v, chosen[v])]]
+    papers = papers_of(sw.get("paper"), configs)
+    for paper in papers:
+        for section in SECTIONS.get(paper, []):
+            lines += section(sweep_dir, variants, groups, chosen)
     lines += ["## Chosen setting per variant", "",
               f"| variant | setting | seeds | validation {metric} | test accuracy | test loss | trainable params "
               "| tokens/s | MFU |", "|---|---|---|---|---|---|---|---|---|"]
@@ -212,7 +217,7 @@ def write_report(sweep_dir: str | Path) -> Path:
     if _plot_induction(sweep_dir, sweep_dir / "induction.png", variants, groups, chosen):
         figures.append(("Strongest induction head (max over layers and heads) during training, chosen settings "
                         "(mean over seeds, band: min to max)", "induction.png"))
-    caption = plot_budget(sweep_dir, sweep_dir / "budget.png", sw["grid"], variants, groups, metric)
+    caption = plot_budget(sweep_dir, sweep_dir / "budget.png", sw["grid"], variants, groups, metric, papers)
     if caption:
         figures.append((caption, "budget.png"))
     lines += ["## Figures", ""] + [f"{title}:\n\n![{file}]({file})\n" for title, file in figures]
@@ -224,40 +229,13 @@ def write_report(sweep_dir: str | Path) -> Path:
     return path
 
 
-def _run_facts(sweep_dir: Path, run: dict[str, Any]) -> tuple[str, str]:
-    """(construction, budget text) of a finished run, both from its config.yaml (so that a run
-    recorded before labels named every departure is labelled as today's are), else as its
-    summary recorded them."""
-    summary, config = run["summary"], run_config(sweep_dir, run)
-    construction = construction_label(config) if config else summary.get("construction")
-    b = run_budget(config, summary)
-    return (construction or "not recorded"), (budget_text(b) if b else "not recorded")
-
-
-def _construction_section(sweep_dir: Path, variants: list[str], groups, chosen) -> list[str]:
-    """Which construction each chosen setting used and what fraction of the paper's budget."""
-    lines = ["## Construction and budget", "",
-             "Construction: `reference` is the paper's reference code (`model.construction: reference`), "
-             "`corrected` our defaults (docs/papers/random-attention.md, 'The reference construction'). Budget: what each run trained "
-             "on and its width, against what the reference script that launches the task trains one model on, in "
-             "that script's unit (`construction.REFERENCE_BUDGETS`, each with its source: depth.py's max_steps x "
-             "train_size sequences for the algorithmic tasks, 1e8 for retrieval; hdmemorize_exp.py's 500 steps of "
-             "32,768 for memorization; the README's commands for language modelling, in tokens, and sentiment), "
-             "and the paper's width 512. A reference label names every setting that departs from that script's.", "",
-             "| variant | construction | budget |", "|---|---|---|"]
-    for v in variants:
-        facts = sorted({_run_facts(sweep_dir, r) for r in groups[(v, chosen[v])]})
-        lines += [f"| {v} | {c} | {b} |" for c, b in facts]
-    return lines + [""]
-
-
 def summary_sections(report: str) -> str:
     """The parts of a report worth printing on a terminal: the chosen setting per variant
     and the per-slice tables (Markdown tables read well as plain text)."""
     keep, out = False, []
     for line in report.splitlines():
         if line.startswith("## "):
-            keep = line.startswith(("## Construction and budget", "## Chosen setting", "## Test accuracy per"))
+            keep = line.startswith(("## Chosen setting", "## Test accuracy per", *PRINTED))
         if keep:
             out.append(line)
     return "\n".join(out).strip()

@@ -29,7 +29,7 @@ import yaml
 
 from ..configtools import to_dict
 from ..errors import Interrupted, ModformerError
-from ..files import atomic_write_text
+from ..files import atomic_write_text, durable_append
 from ..registry import TASKS
 from ..train.checkpoint import list_checkpoints
 from ..train.preflight import preflight
@@ -37,7 +37,7 @@ from ..variants import build_model
 from ..train.records import read_records
 from .spec import RunSpec, Sweep
 
-IGNORED_WHEN_RESUMING = {"workers", "launcher", "slurm"}  # sweep keys that may change between invocations
+IGNORED_WHEN_RESUMING = {"workers", "launcher", "slurm", "paper"}  # sweep keys that may change between invocations
 
 
 def extends(old: dict[str, Any], new: dict[str, Any]) -> bool:
@@ -102,8 +102,8 @@ class SweepRunner:
         except OSError as e:
             raise ModformerError(f"cannot create sweep folder {self.out}: {e.strerror or e}") from None
         atomic_write_text(saved, yaml.safe_dump(mine, sort_keys=False))
-        with open(self.out / "commands.txt", "a") as f:  # how this sweep was (re)started
-            f.write(" ".join(shlex.quote(a) for a in ["modformer", *sys.argv[1:]]) + "\n")
+        # How this sweep was (re)started.
+        durable_append(self.out / "commands.txt", " ".join(shlex.quote(a) for a in ["modformer", *sys.argv[1:]]) + "\n")
 
     def run_dir(self, run: RunSpec) -> Path:
         return self.out / "runs" / run.run_id
@@ -264,12 +264,9 @@ def checked_results(out: Path) -> dict[str, dict[str, Any]]:
 
 def append_result(out: Path, record: dict[str, Any]) -> None:
     """Append one record to results.jsonl in a single O_APPEND write, so that the line stays
-    whole beside another process's (two `modformer sweep` commands gathering one Slurm sweep)."""
-    fd = os.open(Path(out) / "results.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
-    try:
-        os.write(fd, (json.dumps(record) + "\n").encode())
-    finally:
-        os.close(fd)
+    whole beside another process's (two `modformer sweep` commands gathering one Slurm sweep),
+    and durably (`files.durable_append`)."""
+    durable_append(Path(out) / "results.jsonl", json.dumps(record) + "\n")
 
 
 def done_line(run_id: str, summary: dict[str, Any]) -> str:

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import ModformerError
+from ..files import durable_append
 from ..lock import take_lock
 from ..train.checkpoint import list_checkpoints
 from ..train.records import read_records
@@ -190,8 +191,7 @@ class SlurmLauncher:
                               "submitted": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "submitted_s": time.time(),
                               "base": self.runner.base_record(run)}
                  for run, handle in zip(todo, handles)}
-        with open(slurm_dir / "jobs.jsonl", "a") as f:
-            f.write("".join(json.dumps(line) + "\n" for line in lines.values()))
+        durable_append(slurm_dir / "jobs.jsonl", "".join(json.dumps(line) + "\n" for line in lines.values()))
         return lines
 
     def launch(self) -> dict[str, dict[str, Any]] | None:

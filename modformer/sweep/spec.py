@@ -46,6 +46,9 @@ class SweepConfig:
     mode: str = option("max", "max or min: whether a larger metric is better")
     launcher: str = option("local", "local: `workers` processes on this machine; slurm: one Slurm job array")
     slurm: SlurmConfig = option(default_factory=SlurmConfig, help="what each run asks Slurm for (launcher slurm)")
+    paper: str | None = option(None, "the paper whose experiment this sweep is (a package of modformer/papers), for "
+                                     "a sweep its runs' construction does not already tie to it: the report adds "
+                                     "that paper's sections (e.g. each run's budget against its reference scripts')")
 
     def __post_init__(self) -> None:
         if not self.variants:

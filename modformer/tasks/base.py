@@ -73,6 +73,9 @@ class Task:
     Config: type[TaskConfig] = TaskConfig
     vocab_size: int
     seq_len: int  # length of `inputs`
+    # What a run's budget counts (steps x batch sequences, or those times seq_len in tokens
+    # for a task whose examples are windows of one stream, as language modelling's are).
+    budget_unit: str = "sequences"
 
     def __init__(self, cfg: TaskConfig):
         self.cfg = cfg

@@ -54,6 +54,7 @@ class LMConfig(TextTaskConfig):
 @TASKS.register("lm")
 class LanguageModeling(TextTask):
     Config = LMConfig
+    budget_unit = "tokens"
 
     def __init__(self, cfg: LMConfig):
         super().__init__(cfg)

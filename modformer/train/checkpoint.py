@@ -19,7 +19,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from ..errors import CheckpointError
+from ..errors import CheckpointError, StorageFault, storage_fault
 from ..files import atomic_write
 
 FORMAT = "modformer.checkpoint"
@@ -101,7 +101,12 @@ def save_checkpoint(path: Path, step: int, model: nn.Module, optimizer: torch.op
     tensors.update(rng_tensors())
     metadata = {"format": FORMAT, "format_version": FORMAT_VERSION, "step": str(step),
                 **{k: json.dumps(v) for k, v in meta.items()}}
-    atomic_write(path, lambda tmp: save_file(tensors, str(tmp), metadata=metadata))
+    try:
+        atomic_write(path, lambda tmp: save_file(tensors, str(tmp), metadata=metadata))
+    except SafetensorError as e:  # its writer's OS errors are not OSErrors: name the file and cause
+        message = storage_fault(e)
+        raise (StorageFault(message.replace("cannot write", f"cannot write to {path.parent}", 1)) if message
+               else e) from None
 
 
 def read_checkpoint(path: Path) -> Checkpoint:

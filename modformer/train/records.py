@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -13,7 +14,10 @@ from .tracking import Tracker, scalars
 class MetricsLog:
     """Append-only JSON lines. On resume, `keep` drops records a killed run wrote after its
     last checkpoint, so that a resumed run's file equals an uninterrupted run's. Every record
-    appended also goes to the run's trackers (train.log_to), from `track` until `close`."""
+    appended also goes to the run's trackers (train.log_to), from `track` until `close`.
+    Appends are flushed, not synced; `sync` makes them durable, and a run calls it before
+    each checkpoint, which carries a copy of the records it covers (a disk that fails between
+    the two loses nothing a resume cannot restore)."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
@@ -28,6 +32,15 @@ class MetricsLog:
             for tracker in self.trackers:
                 tracker.log(step, values)
 
+    def sync(self) -> None:
+        """fsync the file: every record appended so far survives a crash or a failing disk."""
+        if self.path.exists():
+            fd = os.open(self.path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
     def track(self, trackers: list[Tracker]) -> None:
         self.trackers = list(trackers)
 
@@ -38,13 +51,16 @@ class MetricsLog:
             tracker.finish(images)
 
     def records(self) -> list[dict[str, Any]]:
-        return list(read_records(self.path))
+        return list(read_records(self.path)) if self.path.exists() else []
 
     def keep(self, predicate: Callable[[dict[str, Any]], bool]) -> None:
         """Rewrite the file (atomically) with only the records that satisfy `predicate`."""
         if self.path.exists():
-            kept = [r for r in read_records(self.path) if predicate(r)]
-            atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in kept))
+            self.replace([r for r in read_records(self.path) if predicate(r)])
+
+    def replace(self, records: list[dict[str, Any]]) -> None:
+        """Rewrite the file (atomically) with exactly `records`."""
+        atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in records))
 
 
 class NullMetricsLog(MetricsLog):
@@ -57,6 +73,12 @@ class NullMetricsLog(MetricsLog):
         return []
 
     def keep(self, predicate: Callable[[dict[str, Any]], bool]) -> None:
+        pass
+
+    def replace(self, records: list[dict[str, Any]]) -> None:
+        pass
+
+    def sync(self) -> None:
         pass
 
 

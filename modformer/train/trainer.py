@@ -22,7 +22,7 @@ import yaml
 from ..analysis.induction import induction_scores, plot_induction_scores
 from ..config import RunConfig, config_from_dict, part_versions
 from ..configtools import flatten
-from ..construction import budget, construction_label
+from ..constructions import construction_label
 from ..errors import CheckpointError, ConfigError, Interrupted, ModformerError
 from ..evaluate import checkpoint_file, evaluate
 from ..files import atomic_write_text, remove_stale_temporaries
@@ -33,6 +33,7 @@ from ..tasks.base import IGNORE
 from ..variants import build_model
 from ..variants.base import model_label
 from ..version import code_version, machine
+from .budget import trained
 from .checkpoint import checkpoint_path, list_checkpoints, load_model_state, read_checkpoint, save_checkpoint
 from .distributed import init_world
 from .loop import TrainingLoop, resolve_device
@@ -149,7 +150,12 @@ class Trainer(TrainingLoop):
         if not self.world.main:
             self.last_saved = step
             return
-        save_checkpoint(checkpoint_path(self.ckpt_dir, step), step, self.model, self.optimizer, self._meta())
+        # The records up to here are synced first, and the checkpoint carries a copy of them:
+        # a resume from it restores any that a failing disk lost from metrics.jsonl.
+        self.metrics.sync()
+        covered = [r for r in self.metrics.records() if self._covered(r, step)]
+        save_checkpoint(checkpoint_path(self.ckpt_dir, step), step, self.model, self.optimizer,
+                        {**self._meta(), "records": covered})
         for _, old in list_checkpoints(self.ckpt_dir)[:-self.cfg.train.keep_checkpoints]:
             old.unlink()
         self.last_saved = step
@@ -169,10 +175,26 @@ class Trainer(TrainingLoop):
             raise CheckpointError(f"{path} is named for step {step} but holds step {ckpt.step}")
         self.restore(ckpt, path)
         # Drop what a killed run logged after this checkpoint, and a finished run's test
-        # score, which is recomputed at the end.
-        self.metrics.keep(lambda r: r.get("step", 0) <= step and r.get("split") != "test")
+        # score, which is recomputed at the end; restore what the checkpoint covers and the
+        # file lost (a disk that failed or went read-only before the records were synced).
+        kept = [r for r in self.metrics.records() if self._covered(r, step)]
+        carried = ckpt.meta.get("records")
+        if carried is not None and kept != carried:
+            lost = [r for r in carried if r not in kept]
+            self.metrics.replace(carried)
+            steps = sorted({r.get("step", 0) for r in lost})
+            self.echo(f"{self.metrics.path}: {len(lost)} record(s) up to step {step} were missing or damaged"
+                      + (f" (steps {steps[0]}-{steps[-1]})" if steps else "") + "; restored from the checkpoint")
+        else:
+            self.metrics.replace(kept)
         self.echo(f"resumed {self.run_dir} from step {step}")
         return step
+
+    @staticmethod
+    def _covered(record: dict[str, Any], step: int) -> bool:
+        """Whether a checkpoint at `step` covers a metrics record: logged by then, and not a
+        finished run's test score (recomputed at the end)."""
+        return record.get("step", 0) <= step and record.get("split") != "test"
 
     @staticmethod
     def _fallback(earlier: list[tuple[int, Path]], damaged: Path) -> str:
@@ -314,7 +336,7 @@ class Trainer(TrainingLoop):
             "test": {**test, **self.task.model_metrics(test, parameters)},
             "code_version": code_version(),
             "construction": construction_label(cfg.to_dict()),
-            "budget": budget(cfg.to_dict()),
+            "budget": trained(cfg.to_dict()),
             "precision": precision,  # what `auto` chose here
         }
         if self.world.main:  # the summary last: a run with one is done, its plots drawn (a sweep counts on it)

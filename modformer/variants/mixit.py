@@ -3,7 +3,7 @@
 The matrix is a buffer, not a parameter, so nothing needs freezing: V, O, the feed-forward
 modules, embeddings and head all train. `model.construction: reference` builds it as the
 reference code does (learned positions, sink head, sqrt(0.5) skip and branch scaling, the
-gated shaped MLP, ScaledLinear projections, biases: `modformer/construction.py`).
+gated shaped MLP, ScaledLinear projections, biases: `modformer/papers/random_attention/construction.py`).
 """
 
 from ..registry import VARIANTS

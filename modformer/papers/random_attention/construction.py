@@ -11,9 +11,10 @@ attention models get plain Llama ("vanilla" in the reference) and models whose m
 command line win, so an ablation of one point is one override; `construction_label` then
 names the points that differ. The resolved config (config.yaml) holds every filled value.
 
-Where the reference itself has two readings, a named option chooses: `model.reference_transformers`
-(the classifier's attention is causal under transformers 4.50-4.52, bidirectional from
-4.53). Each point names where in the reference it comes from; README.md ("The reference
+Where the reference itself has two readings, a named option chooses
+(`model.construction_options`, `ReferenceOptions`): `transformers` (the classifier's
+attention is causal under transformers 4.50-4.52, bidirectional from 4.53) and `init` (the
+0.02 its code runs, or the 1/sqrt(width) its comment asks for). Each point names where in the reference it comes from; README.md ("The reference
 construction") lists them beside our corrected defaults; `scripts/reference_parity.py`
 measures the built models against the reference's own.
 """
@@ -24,9 +25,38 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .configtools import from_dict
-from .model.config import ModelConfig
-from .registry import VARIANTS
+from ...configtools import from_dict, option
+from ...constructions import CONSTRUCTIONS, LEGACY, Construction
+from ...model.config import ModelConfig
+from ...registry import VARIANTS
+
+
+@dataclass
+class ReferenceOptions:
+    """The readings of `model.construction: reference` (`model.construction_options`)."""
+
+    transformers: str = option(
+        "v4.50", "the transformers version the reference runs under, where its behaviour depends on it: its "
+                 "sentiment classifier's attention is causal under 4.50-4.52 (v4.50, the default: the paper's runs "
+                 "predate 4.53, released 2025-06-26, after the paper) and bidirectional from 4.53 on (v4.53)")
+    init: str = option(
+        "released", "the initialisation scale: released (initializer_range = 0.02, as its code runs: utils.py ~99, "
+                    "hdmemorize_exp.py ~165) or commented (1/sqrt(d_model), the line utils.py comments out under "
+                    "'TODO make sure it's 1/sqrt(width)'); fills model.init_std")
+
+    def __post_init__(self) -> None:
+        if self.transformers not in READINGS:
+            raise ValueError(f"transformers must be one of {', '.join(READINGS)}, got '{self.transformers}'")
+        if self.init not in INIT_READINGS:
+            raise ValueError(f"init must be one of {', '.join(INIT_READINGS)}, got '{self.init}'")
+
+
+def reading(data: dict[str, Any], key: str) -> Any:
+    """One of `ReferenceOptions`' readings of raw or resolved config data, its default where unset."""
+    model = data.get("model") or {}
+    options = model.get("construction_options") if isinstance(model, dict) else None
+    value = options.get(key) if isinstance(options, dict) else None
+    return getattr(ReferenceOptions, key) if value is None else value
 
 DEPTH, MEMORIZE, LM_TRAINER, CLASSIFIER = "depth.py", "hdmemorize_exp.py", "trainer.py", "trainer_classifier.py"
 TRAINERS = (DEPTH, MEMORIZE, LM_TRAINER, CLASSIFIER)
@@ -96,17 +126,16 @@ def sample_extra(data: dict[str, Any]) -> int:
     return 1 if task_name(data) in SAMPLE_TASKS else 0
 
 
-READINGS = ("v4.50", "v4.53")  # model.reference_transformers
-INIT_READINGS = ("released", "commented")  # model.reference_init
+READINGS = ("v4.50", "v4.53")  # model.construction_options.transformers
+INIT_READINGS = ("released", "commented")  # model.construction_options.init
 
 
 def init_std(data: dict[str, Any]) -> float:
     """0.02 as the reference's code runs (released), or 1/sqrt(width) as its commented-out line
     reads (commented): utils.py ~99-102."""
-    model = data.get("model") or {}
-    if model.get("reference_init", INIT_READINGS[0]) != "commented":
+    if reading(data, "init") != "commented":
         return 0.02
-    width = model.get("d_model", ModelConfig().d_model)
+    width = (data.get("model") or {}).get("d_model", ModelConfig().d_model)
     return 1 / math.sqrt(width) if isinstance(width, int) and width > 0 else 0.02  # the loader names a bad width
 
 
@@ -121,7 +150,7 @@ def memorization_batch(data: dict[str, Any]) -> int:
 def classifier_causal(data: dict[str, Any]) -> bool:
     """The classifier's attention under the chosen transformers: `is_causal=False` is stored on
     the attention module and read by SDPA only from 4.53 on."""
-    return (data.get("model") or {}).get("reference_transformers", READINGS[0]) != "v4.53"
+    return reading(data, "transformers") != "v4.53"
 
 
 POINTS: tuple[Point, ...] = (
@@ -171,7 +200,7 @@ POINTS: tuple[Point, ...] = (
     Point("model.attention.causal", classifier_causal, VANILLA,
           "trainer_classifier.py ~263 sets is_causal=False on the attention module, which only stores it "
           "(modeling_llama.py ~424, ~553-562): SDPA decides causality itself under transformers 4.50-4.52 "
-          "(causal) and reads the flag from 4.53 (bidirectional); model.reference_transformers chooses",
+          "(causal) and reads the flag from 4.53 (bidirectional); model.construction_options.transformers chooses",
           (CLASSIFIER,)),
     Point("model.pad_embedding_frozen", True, BOTH,
           "trainer_classifier.py passes pad_token_id (= eos): the embedding's padding_idx, a row zeroed at init "
@@ -180,7 +209,7 @@ POINTS: tuple[Point, ...] = (
     Point("model.ffn_bias", True, BOTH, "depth.py get_model_config: config.mlp_bias = True (so do the others)"),
     Point("model.init_std", init_std, BOTH,
           "depth.py get_model_config: initializer_range = 0.02 (utils.py ~99: 'TODO make sure it's 1/sqrt(width)', "
-          "its 1/sqrt(n_embd) line commented out); model.reference_init chooses"),
+          "its 1/sqrt(n_embd) line commented out); model.construction_options.init chooses"),
     Point("model.norm_eps", 1e-6, BOTH, "transformers LlamaConfig default rms_norm_eps = 1e-6"),
     Point("model.tie_embeddings", False, BOTH, "transformers LlamaConfig default tie_word_embeddings = False"),
     Point("train.lr", 1e-2, BOTH, "depth.py ~49: learning_rate = 1e-2 if arch == 'transformer'", (DEPTH,)),
@@ -237,12 +266,11 @@ def trainer_of(data: dict[str, Any]) -> str:
     return TRAINER_OF_TASK.get(task_name(data), DEPTH)
 
 
-def apply_construction(data: dict[str, Any]) -> dict[str, Any]:
-    """Fill the reference's values into raw config data (in place) for every key it does not
-    set, when `model.construction` is `reference`; otherwise leave it as it is."""
+def fill_reference(data: dict[str, Any]) -> dict[str, Any]:
+    """Fill the reference's values into raw config data (in place) for every key it does not set."""
     model = data.get("model") or {}
-    if not isinstance(model, dict) or model.get("construction", "corrected") != "reference":
-        return data
+    if not isinstance(model, dict):
+        return data  # the strict loader refuses it, naming its key
     mode, trainer = mode_of(model), trainer_of(data)
     name = model.get("variant", "standard")
     # A variant that builds its own feed-forward modules (knowledge) does not read model.ffn.
@@ -256,7 +284,7 @@ def apply_construction(data: dict[str, Any]) -> dict[str, Any]:
 def reference_model_config(variant: str, **model: Any) -> ModelConfig:
     """The model config of `variant` in the reference construction, with `model`'s keys set
     explicitly (e.g. sizes)."""
-    data = apply_construction({"model": {**model, "variant": variant, "construction": "reference"}})
+    data = fill_reference({"model": {**model, "variant": variant, "construction": "reference"}})
     return from_dict(ModelConfig, data["model"], "model")
 
 
@@ -316,109 +344,41 @@ def construction_label(config: dict[str, Any]) -> str:
     trainer = trainer_of(config)
     form = [trainer]
     if trainer == CLASSIFIER:
-        form.append(f"transformers {model.get('reference_transformers', READINGS[0])} reading")
-    if model.get("reference_init", INIT_READINGS[0]) == "commented":
+        form.append(f"transformers {reading(config, 'transformers')} reading")
+    if reading(config, "init") == "commented":
         form.append("init 1/sqrt(width)")
     changed = departures(config)
     return f"reference ({', '.join(form)})" + (" except " + ", ".join(changed) if changed else "")
 
 
-@dataclass(frozen=True)
-class ReferenceBudget:
-    """What the reference script that launches a task trains one model on, in that script's
-    unit, with where each number comes from; `other` names another launch of the same task
-    (the README's command against the Slurm script) where the two differ."""
-
-    amount: float
-    unit: str  # "sequences", or "tokens" for language modelling
-    script: str  # the reference trainer: depth.py, hdmemorize_exp.py, trainer.py, trainer_classifier.py
-    source: str
-    other: str = ""
-
-
-def _depth_budget(task_file: str, train_size: int, why: str, max_steps: int = 500, other: str = "") -> ReferenceBudget:
-    """depth.py trains max_steps x train_size // batch steps of `batch` sequences (depth.py
-    ~389, "train_steps in previous repo is actually num_train_epochs"): max_steps x train_size
-    sequences whatever the batch."""
-    sequences = max_steps * train_size
-    return ReferenceBudget(
-        sequences, "sequences", DEPTH,
-        f"depth.py ~389 trains max_steps x train_size // batch steps of batch sequences: max_steps {max_steps} x "
-        f"train_size {train_size:,} ({task_file}: {why}) = {sequences:.3g} sequences, "
-        f"{sequences // 1000:,} steps of the task file's batch 1,000 or {sequences // 128:,} of "
-        f"scripts/depth_array.sh's 128", other)
-
-
-# Each paper task's budget in the unit of the reference script that launches it. k-hop has no
-# task file in the reference (the paper reports it, no script trains it), so no budget.
-REFERENCE_BUDGETS: dict[str, ReferenceBudget] = {
-    "condattend": _depth_budget(
-        "task_condattendstream.py ~21", 200_000, "vocab_size 512 > 256",
-        other="the README's depth.py command and scripts/depth_array.sh both give max_steps 500"),
-    "addition": _depth_budget(
-        "task_additionstream.py ~23", 80_000, "additionstream_10 of the README's command, min_len <= 10",
-        other="the README's depth.py command (max_steps 500, additionstream_10)"),
-    "dyck": _depth_budget(
-        "task_dyckstream.py ~21", 200_000, "dyckstream_40 of the README's Slurm command, max_len > 30",
-        max_steps=300, other="the README's run_depth_array.sh command (max_steps 300, batch 256); "
-                             "scripts/depth_array.sh's default max_steps 500 gives 1e+08"),
-    "memorization": ReferenceBudget(
-        500 * 32_768, "sequences", MEMORIZE,
-        "scripts/depth_array.sh passes max_steps 500 to hdmemorize_exp.py (task=memorize; max_steps > 0 wins over "
-        "its num_train_epochs, ~373) of batch min(n^2, 256 x 128) = 32,768 for n = 512 (~94)",
-        "hdmemorize_exp.py's own default max_steps 100 (~39) gives 3.28e+06"),
-    "lm": ReferenceBudget(
-        40_000 * 512 * 256, "tokens", LM_TRAINER,
-        "the reference README's trainer.py command: 40,000 steps of 512 sequences of 256 tokens",
-        "the README's Slurm command (scripts/run_train.sh): 80,000 steps of 128 per device on 4 GPUs, "
-        "256 tokens: 1.05e+10"),
-    "sentiment": ReferenceBudget(
-        3_000 * 32, "sequences", CLASSIFIER,
-        "the reference README's trainer_classifier.py command: 3,000 steps of utils.py's default batch 32",
-        "the README's Slurm command (scripts/run_train_classifier.sh): 10,000 steps of 128 per device on 2 GPUs: "
-        "2.56e+06"),
-}
-REFERENCE_WIDTH = 512
-# The random-attention paper's tasks, the only ones its budgets and width are compared with.
-PAPER_TASKS = ("condattend", "addition", "dyck", "khop", "memorization", "lm", "sentiment")
+def read_older_configs(data: dict[str, Any], saved: bool) -> None:
+    """Configs written before the readings were `model.construction_options` named them
+    `model.reference_transformers` and `model.reference_init` (every config, of any
+    construction, recorded the first): they move there for the reference construction and
+    are dropped for another one, where nothing read them. A run's own record written before
+    `model.mixing.extra_positions` existed (2026-12-02) was drawn for its model's own length,
+    whatever the construction fills in today: it is read so."""
+    model = data.get("model")
+    if not isinstance(model, dict):
+        return
+    reference = model.get("construction") == "reference"
+    for old, new in (("reference_transformers", "transformers"), ("reference_init", "init")):
+        if old in model:
+            value = model.pop(old)
+            if reference:
+                options = model.setdefault("construction_options", {})
+                if isinstance(options, dict):
+                    options.setdefault(new, value)
+    if saved and reference:
+        mixing = model.get("mixing")
+        if mixing is None:
+            model["mixing"] = {"extra_positions": 0}
+        elif isinstance(mixing, dict):
+            mixing.setdefault("extra_positions", 0)
 
 
-def reference_budget(config: dict[str, Any]) -> ReferenceBudget | None:
-    """The reference script's budget for a config's task (condattend where it names none, the
-    default), or None for a task no reference script trains."""
-    return REFERENCE_BUDGETS.get(task_name(config))
-
-
-def budget(config: dict[str, Any]) -> dict[str, Any]:
-    """What a run trains on in its reference script's unit (sequences, or tokens for language
-    modelling), the script's amount and the fraction of it, and its width and fraction of the
-    paper's: {"sequences", "amount", "unit", "paper", "script", "fraction", "width",
-    "width_fraction"} ("paper": the reference script's amount); for a task that no reference
-    script trains, sequences, with paper, script, fraction and width_fraction None (the width
-    fraction stays for the paper's k-hop)."""
-    train, model, task = (config.get(k) or {} for k in ("train", "model", "task"))
-    sequences = int(train.get("steps", 0)) * int(train.get("batch_size", 0))
-    ref = reference_budget(config)
-    amount = sequences * int(task.get("seq_len", 0)) if ref is not None and ref.unit == "tokens" else sequences
-    width = int(model.get("d_model", 0))
-    paper_task = task_name(config) in PAPER_TASKS
-    return {"sequences": sequences, "amount": amount, "unit": "sequences" if ref is None else ref.unit,
-            "paper": None if ref is None else ref.amount, "script": None if ref is None else ref.script,
-            "fraction": None if ref is None else amount / ref.amount, "width": width,
-            "width_fraction": width / REFERENCE_WIDTH if paper_task else None}
-
-
-def budget_text(b: dict[str, Any]) -> str:
-    """'51,200 sequences (0.0512% of depth.py's 1e+08), width 64 (0.125x the paper's 512)', or
-    '51,200 sequences, width 64' for a task that no reference script trains. A budget recorded
-    before scripts were named (an older run's summary, whose "paper" was another count) says
-    its amount only; reports compute the budget from the run's config.yaml where it has one."""
-    amount, unit = b.get("amount", b["sequences"]), b.get("unit", "sequences")
-    paper = b.get("paper") if "script" in b else None
-    width = f"width {b['width']}"
-    if b.get("width_fraction") is not None:
-        width += f" ({b['width'] / REFERENCE_WIDTH:.3g}x the paper's {REFERENCE_WIDTH})"
-    if paper is None:
-        return f"{amount:,} {unit}, {width}"
-    script = b.get("script") or "the reference's"
-    return f"{amount:,} {unit} ({100 * amount / paper:.3g}% of {script}'s {paper:.3g}), {width}"
+CONSTRUCTIONS.register("reference")(Construction(
+    "the random-attention paper's reference code (princeton-pli/MixiT): its models and optimizer for each variant "
+    "and task (docs/papers/random-attention.md, 'The reference construction')",
+    fill_reference, construction_label, ReferenceOptions, paper="random_attention"))
+LEGACY.append(read_older_configs)

@@ -1,0 +1,161 @@
+"""Storage faults lose nothing that was acknowledged, and are reported in one line.
+
+- A disk that loses the metrics records appended since the last sync (a file system made
+  read-only after an error, then repaired: what ext4 with errors=remount-ro does) leaves a
+  run whose checkpoint is newer than its metrics.jsonl: the resume restores the lost
+  records from the checkpoint, which carries a copy of those it covers, and says so.
+- A full or read-only disk stops training and sweeps with one line naming the folder and the
+  cause, exit status 2, no traceback and no half-written checkpoint; once the disk is back,
+  resuming ends equal to an uninterrupted run.
+
+The full and read-only disks are size-limited tmpfs mounts, made by the test (root only; the
+tests skip, saying why, where mounting is not allowed).
+"""
+
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from modformer.api import train_run
+from modformer.cli import main
+from modformer.config import load_config
+from modformer.errors import storage_fault
+from modformer.train.checkpoint import list_checkpoints, read_checkpoint
+from modformer.train.records import read_records
+
+ROOT = Path(__file__).parent.parent
+ARGS = ["model.d_model=32", "task.n_pairs=3", "task.test_size=100", "task.validation_size=50", "train.steps=40",
+        "train.batch_size=8", "train.progress=false", "train.eval_every=10", "train.checkpoint_every=10",
+        "train.log_every=5", "train.eval_batch_size=100", "train.keep_checkpoints=5", "train.threads=1"]
+
+
+def records(run: Path) -> list[dict]:
+    """metrics.jsonl without the wall-clock speed, which differs between any two runs."""
+    return [{k: v for k, v in r.items() if k != "tokens_per_s"} for r in read_records(run / "metrics.jsonl")]
+
+
+def quiet(message: str) -> None:
+    pass
+
+
+def stopped_at(run: Path, step: int) -> None:
+    """Make a finished run's folder what the run left when stopped after its checkpoint at
+    `step`: later checkpoints and the summary gone (its records after `step` are dropped on
+    resume, as a killed run's are)."""
+    for done, path in list_checkpoints(run / "checkpoints"):
+        if done > step:
+            path.unlink()
+    (run / "summary.json").unlink()
+
+
+def test_records_a_disk_lost_after_a_checkpoint_are_restored_from_it(tmp_path):
+    """The reproduction of the issue without a disk: the run's newest checkpoint is at step 30,
+    but metrics.jsonl kept only its first three lines (the rest were never synced). The resume
+    restores steps 5-30 from the checkpoint, says so, and ends equal to an uninterrupted run."""
+    config = load_config("configs/retrieval.yaml", ARGS)
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    train_run(config, whole, echo=quiet)
+    shutil.copytree(whole, cut)
+    stopped_at(cut, 30)
+    lines = (cut / "metrics.jsonl").read_text().splitlines(keepends=True)
+    (cut / "metrics.jsonl").write_text("".join(lines[:3]))
+    carried = read_checkpoint(list_checkpoints(cut / "checkpoints")[-1][1]).meta["records"]
+    assert len(carried) > 3 and all(r["step"] <= 30 and r.get("split") != "test" for r in carried)
+
+    messages = []
+    train_run(config, cut, resume=True, echo=messages.append)
+    assert any("restored from the checkpoint" in m and "up to step 30" in m for m in messages), messages
+    assert records(cut) == records(whole)
+
+
+def test_a_resume_with_every_record_present_restores_nothing(tmp_path):
+    """Records beyond the checkpoint (a killed run's) are dropped as before; none restored."""
+    run = tmp_path / "run"
+    train_run(load_config("configs/retrieval.yaml", ARGS), run, echo=quiet)
+    before = records(run)
+    stopped_at(run, 20)
+    messages = []
+    train_run(load_config("configs/retrieval.yaml", ARGS), run, resume=True, echo=messages.append)
+    assert not any("restored" in m for m in messages), messages
+    assert records(run) == before
+
+
+def test_safetensors_and_os_errors_name_the_cause():
+    full = OSError(28, "No space left on device", "/data/run/metrics.jsonl")
+    assert storage_fault(full).startswith("cannot write to /data/run: no space left on the device")
+    assert "read-only" in storage_fault(OSError(30, "Read-only file system", "/x/y"))
+    safetensors_text = 'Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space" })'
+    assert "no space left" in storage_fault(RuntimeError(safetensors_text))
+    assert "no space left" in storage_fault(RuntimeError("I/O error: No space left on device (os error 28)"))
+    assert storage_fault(OSError(2, "No such file or directory", "/x")) is None
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A tmpfs of 1 MiB at tmp_path/disk, remountable by the test (`remount(options)`)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", f"modformer-test-{uuid.uuid4().hex[:8]}",
+                           str(disk)], capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a size-limited tmpfs here ({made.stderr.strip() or 'mount failed'})")
+
+    def remount(options: str) -> None:
+        subprocess.run(["mount", "-o", f"remount,{options}", str(disk)], check=True)
+
+    yield disk, remount
+    subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "modformer.cli", *args], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+
+
+def one_line_exit_2(done: subprocess.CompletedProcess, folder: Path, cause: str) -> None:
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("modformer: error:")]
+    assert len(errors) == 1 and str(folder) in errors[0] and cause in errors[0].lower(), done.stderr
+
+
+@pytest.mark.slow
+def test_a_full_disk_stops_training_in_one_line_and_the_resume_ends_equal(tmp_path, small_disk):
+    disk, remount = small_disk
+    train_run(load_config("configs/retrieval.yaml", ARGS), tmp_path / "whole", echo=quiet)
+    out = disk / "run"
+    # Fill the disk but for room for the config and a few records: the first checkpoint fails.
+    (disk / "ballast").write_bytes(b"\0" * (1024 * 1024 - 64 * 1024))
+    done = run_cli("train", "configs/retrieval.yaml", "--out", str(out), *ARGS)
+    one_line_exit_2(done, out / "checkpoints", "no space left")
+    assert not list_checkpoints(out / "checkpoints")
+    assert not [p for p in (out / "checkpoints").iterdir()], "no half-written checkpoint or temporary is left"
+
+    (disk / "ballast").unlink()
+    remount("size=64m")
+    resumed = run_cli("train", "configs/retrieval.yaml", "--out", str(out), *ARGS, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert records(out) == records(tmp_path / "whole")
+
+
+@pytest.mark.slow
+def test_a_disk_made_read_only_stops_training_and_sweeps_in_one_line(tmp_path, small_disk):
+    disk, remount = small_disk
+    remount("size=64m")
+    out = disk / "run"
+    assert main(["train", "configs/retrieval.yaml", "--out", str(out), *ARGS]) == 0
+    whole = records(out)
+    stopped_at(out, 20)
+    remount("ro")
+    done = run_cli("train", "configs/retrieval.yaml", "--out", str(out), *ARGS, "--resume")
+    one_line_exit_2(done, out, "read-only")
+    sweep = run_cli("sweep", "configs/random_attention.yaml", "--out", str(disk / "sweep"))
+    one_line_exit_2(sweep, disk, "read-only")
+
+    remount("rw")
+    assert main(["train", "configs/retrieval.yaml", "--out", str(out), *ARGS, "--resume"]) == 0
+    assert records(out) == whole
