@@ -368,3 +368,43 @@ def test_the_report_states_the_sweeps_seeds_in_order_whatever_order_the_records_
     report = write_report(finished_sweep(tmp_path / "out", ["standard"], [0, 1, 2], runs)).read_text()
     assert "Seeds: [0, 1, 2]." in report
     assert table(report, "## Chosen setting per variant")[0][2] == "3"
+
+
+def test_a_language_modelling_budget_is_counted_in_tokens_on_the_curve_and_the_reports_plot(tmp_path, monkeypatch):
+    """For language modelling, x is what the runs trained on in TOKENS: steps x batch x seq_len
+    (the reference's trainer.py unit), not steps x batch sequences; on `modformer curve` and on
+    a sweep report's budget plot."""
+    from modformer.sweep import budget_plot
+    from modformer.sweep.curve import curve_points
+    from modformer.sweep.report import point_label
+
+    out = tmp_path / "lm"
+    out.mkdir()
+    (out / "sweep.yaml").write_text("sweep: {}\n")
+    lines, groups = [], {}
+    for steps in (10, 40):
+        for seed in (0, 1):
+            run_id = f"standard/train.steps={steps}/seed{seed}"
+            (out / "runs" / run_id).mkdir(parents=True)
+            config = {"model": {"d_model": 64}, "task": {"name": "lm", "seq_len": 32},
+                      "train": {"steps": steps, "batch_size": 8, "lr": 0.001, "seed": seed}}
+            (out / "runs" / run_id / "config.yaml").write_text(yaml.safe_dump(config))
+            record = {"run_id": run_id, "variant": "standard", "point": {"train.steps": steps}, "status": "done",
+                      "run_dir": f"runs/{run_id}", "summary": {"test": {"accuracy": 0.1, "loss": 5.0 - steps / 10}}}
+            lines.append(record)
+            groups.setdefault(("standard", point_label(record["point"])), []).append(record)
+    (out / "results.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    tokens = {10: 10 * 8 * 32, 40: 40 * 8 * 32}
+
+    points = curve_points([out], metric="loss")["standard"]
+    assert sorted(points) == [tokens[10], tokens[40]]
+    assert sorted(v for v, _ in points[tokens[40]]) == [1.0, 1.0]
+
+    drawn = {}
+    monkeypatch.setattr(budget_plot, "draw_curves",
+                        lambda lines, field, mark, path, metric: drawn.update(lines=lines, field=field, mark=mark))
+    caption = budget_plot.plot_budget(out, tmp_path / "budget.png", {"train.steps": [10, 40]}, ["standard"], groups,
+                                      "loss")
+    assert "tokens trained on" in caption and drawn["field"] == "tokens" and drawn["mark"] == 40_000 * 512 * 256
+    assert {x: sorted(v) for x, v in drawn["lines"]["standard"].items()} == {tokens[10]: [4.0, 4.0],
+                                                                            tokens[40]: [1.0, 1.0]}
