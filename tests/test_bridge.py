@@ -255,3 +255,33 @@ def test_the_cache_key_holds_the_teachers_precision(tmp_path, monkeypatch):
     calls.clear()
     assert TeacherStateCache.build(teacher, "tiny", rows, tmp_path / "a", precision="auto").index == bf16.index
     assert not calls
+
+
+def test_the_cache_key_holds_the_layer_and_the_kept_states(tmp_path):
+    """Two caches that differ only in the teacher layer read, or only in how many states of each
+    row are kept, have different keys: a folder holding one is rebuilt for the other, never read
+    as it (the states of layer 1 are not layer 2's)."""
+    from modformer.bridge.cache import TeacherStateCache, fingerprint
+    from modformer.bridge.teacher import Teacher
+
+    g = torch.Generator().manual_seed(0)
+    rows = [torch.randint(0, 100, (n,), generator=g) for n in (5, 9, 3)]
+    keys = {fingerprint("tiny", 1, "float32", rows), fingerprint("tiny", 2, "float32", rows),
+            fingerprint("tiny", -1, "float32", rows), fingerprint("tiny", 1, "float32", rows, [None, 4, None]),
+            fingerprint("tiny", 1, "float32", rows, [None, 3, None])}
+    assert len(keys) == 5
+
+    model = tiny_llama().eval()
+    calls = []
+    model.register_forward_hook(lambda *a: calls.append(1))
+    one = TeacherStateCache.build(Teacher(model, layer=1), "tiny", rows, tmp_path / "shared")
+    assert calls and one.index["layer"] == 1
+    calls.clear()
+    two = TeacherStateCache.build(Teacher(model, layer=2), "tiny", rows, tmp_path / "shared")
+    assert calls and two.index["layer"] == 2  # rebuilt, not read
+    alone = TeacherStateCache.build(Teacher(model, layer=2), "tiny", rows, tmp_path / "alone")
+    assert torch.equal(two.get([1])[0], alone.get([1])[0]) and not torch.allclose(two.get([1])[0], one.get([1])[0])
+    calls.clear()
+    tail = TeacherStateCache.build(Teacher(model, layer=2), "tiny", rows, tmp_path / "shared", keep=[None, 4, None])
+    assert calls and tail.get([1])[1].tolist() == [4]  # rebuilt with the kept tail only
+    assert torch.equal(tail.get([1])[0][0], alone.get([1])[0][0, -4:])

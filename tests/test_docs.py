@@ -39,7 +39,7 @@ def test_tutorial_runs(tutorial, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(sys, "path", list(sys.path))
     modules = set(sys.modules)
     try:
-        runpy.run_path(str(tutorial), run_name="__main__")
+        names = runpy.run_path(str(tutorial), run_name="__main__")
     finally:
         for name in set(sys.modules) - modules:
             if not name.startswith(("modformer", "torch", "matplotlib")):  # a tutorial's own parts
@@ -47,6 +47,13 @@ def test_tutorial_runs(tutorial, tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert out.strip(), "a tutorial shows what it does"
     assert any(tmp_path.iterdir()), "a tutorial writes under the temporary folder only"
+    if tutorial.stem == "main_verdict":
+        # Its tiny sweep's report chose a setting for every variant (one seed of one: complete).
+        report = names["report"].read_text()
+        rows = report.split("## Chosen setting per variant", 1)[1].split("\n## ", 1)[0].splitlines()
+        assert [row.split("|")[1].strip() for row in rows if row.startswith("| ") and "| variant |" not in row] == [
+            "standard", "frozen_qk", "mixit"], report
+        assert "never chosen" not in report, report
 
 
 def test_the_readme_links_reach_files():

@@ -304,3 +304,48 @@ def test_a_bridged_student_trains_the_same_under_activation_checkpointing(prepar
 def test_a_bridged_student_trains_the_same_through_torch_compile(prepared):
     """Without dropout (compiled code draws its random numbers its own way)."""
     _assert_same_training(_train_with(prepared, dropout=0.0), _train_with(prepared, dropout=0.0, compile=True))
+
+
+def test_the_bridges_and_the_student_step_with_their_own_learning_rates(prepared):
+    """Checked on the optimizer's param_groups as each step runs: every bridge parameter steps at
+    the schedule times train.bridge_lr, every student parameter at the schedule times
+    train.student_lr (rates set apart here), and each group holds one kind only."""
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+    from modformer.train.optim import learning_rate
+
+    cfg = copy.deepcopy(prepared.cfg)
+    cfg.train.bridge_lr, cfg.train.student_lr = 3e-3, 2e-4
+    run = ArmRun(cfg, ARMS["teacher"], 0, prepared.data, prepared.teacher, prepared.pairing)
+    names = {id(p): n for n, p in run.model.named_parameters()}
+    steps = []
+
+    def seen(optimizer, args, kwargs):
+        if optimizer is run.optimizer:
+            steps.append([(g["lr"], {names[id(p)].startswith("bridges.") for p in g["params"]})
+                          for g in optimizer.param_groups])
+
+    handle = register_optimizer_step_pre_hook(seen)
+    try:
+        run.train(lambda record: None)
+    finally:
+        handle.remove()
+    assert len(steps) == cfg.train.steps
+    for step, groups in enumerate(steps):
+        factor = learning_rate(step, cfg.train, 1.0)
+        assert factor > 0 and {bridge for _, kinds in groups for bridge in kinds} == {True, False}
+        for lr, kinds in groups:
+            assert len(kinds) == 1, "a group mixes bridge and student parameters"
+            expected = cfg.train.bridge_lr if kinds == {True} else cfg.train.student_lr
+            assert lr == pytest.approx(factor * expected, rel=1e-12), (step, kinds)
+
+
+def test_the_random_teachers_states_differ_between_texts_and_repeat_for_a_text(prepared):
+    """The random teacher's noise is fixed per (seed, text): two texts get different states, one
+    text the same states wherever it sits in a batch and whichever batch reads it."""
+    run = ArmRun(prepared.cfg, ARMS["random_teacher"], 0, prepared.data, prepared.teacher, prepared.pairing)
+    (layer,) = prepared.teacher.layers
+    a = run.noise([5, 6, 5], 10)[layer]
+    assert torch.equal(a[0], a[2]) and not torch.allclose(a[0], a[1])
+    b = run.noise([6, 2, 5], 10)[layer]
+    assert torch.equal(b[0], a[1]) and torch.equal(b[2], a[0]) and not torch.allclose(b[1], a[0])

@@ -218,3 +218,17 @@ def test_a_file_without_quotes_or_missing_is_refused(tmp_path):
 def test_the_committed_results_quote_their_records_exactly(page):
     """Every figure quoted in these pages is what its records give now."""
     assert quote_file(ROOT / page, check=True) == []
+
+
+def test_a_quotes_seeds_are_in_seed_order_whatever_order_the_records_are_in(tmp_path):
+    """results.jsonl lists runs as they finished (here seeds 1, 0, 2): a quote's `seeds` lists
+    the values of seeds 0, 1, 2 in that order, and a difference pairs them seed by seed."""
+    shuffled = [RUNS[i] for i in (1, 0, 2)] + [RUNS[i] for i in (5, 3, 4)]
+    assert [r[2] for r in shuffled] == [1, 0, 2, 2, 0, 1]
+    sweep_folder(tmp_path, shuffled)
+    page = tmp_path / "README.md"
+    page.write_text(f"{quoted('sweep standard train.lr=0.003 test.accuracy %0 seeds')} "
+                    f"{quoted('sweep standard train.lr=0.003 test.accuracy %0 seeds minus standard train.lr=0.01')}\n")
+    quote_file(page)
+    text = page.read_text()
+    assert ">90%, 92%, 97%<" in text and ">40%, 42%, 47%<" in text

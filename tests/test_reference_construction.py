@@ -500,3 +500,24 @@ def test_a_frozen_pad_row_needs_a_pad_token():
     assert build_model(cfg.model, seed=0).embed.padding_idx == 0
     with pytest.raises(ConfigError, match="model.pad_id=600 is not a token"):
         config_from_dict({"model": {"pad_id": 600, "vocab_size": 512}, "task": {"name": "condattend", "n_pairs": 4}})
+
+
+@pytest.mark.parametrize("trainer", ["depth.py", "trainer.py"])
+def test_frozen_mlp_freezes_every_feed_forward_parameter_biases_included(trainer):
+    """The reference construction turns model.ffn_bias on: Frozen-MLP's frozen set is exactly
+    every `blocks.*.ffn.*` parameter, its biases included, and nothing else."""
+    cfg = reference("frozen_mlp", trainer=trainer)
+    assert cfg.model.ffn_bias
+    model = build_model(cfg.model, seed=0)
+    ffn = {n for n, _ in model.named_parameters() if n.startswith("blocks.") and ".ffn." in n}
+    assert {n for n in ffn if n.endswith(".bias")} and len({n.split(".")[1] for n in ffn}) == cfg.model.n_layers
+    assert {n for n, p in model.named_parameters() if not p.requires_grad} == ffn
+
+
+def test_the_hf_warm_up_truncates_a_fractional_four_percent():
+    """utils.py's max(int(0.04 * max_steps), 500) at step counts whose 4% is fractional: int
+    truncates (501.48 and 501.52 and 501.96 -> 501), neither rounds nor takes the ceiling."""
+    from modformer.construction import hf_warmup
+    steps = [12_525, 12_537, 12_538, 12_549, 12_550, 40_010]
+    assert [hf_warmup({"train": {"steps": n}}) for n in steps] == [501, 501, 501, 501, 502, 1600]
+    assert filled("standard", "trainer.py", steps=12_549)["train.warmup_steps"] == 501  # what the switch fills in

@@ -91,3 +91,17 @@ def test_a_killed_holder_releases_the_lock_and_a_waiter_gets_it(tmp_path):
     finally:
         if holder.poll() is None:
             holder.kill()
+
+
+def test_a_new_holders_record_leaves_no_tail_of_a_longer_old_one(tmp_path):
+    """A killed holder leaves its record; the next holder's, shorter here, replaces it whole: the
+    file is exactly the new record, one JSON line, with nothing of the old one after it."""
+    path = tmp_path / "x.lock"
+    old = json.dumps({"host": "elsewhere", "pid": 1, "started": "then", "command": ["old-holder " * 5000]}) + "\n"
+    path.write_text(old)
+    with take_lock(path, wait=False):
+        text = path.read_text()
+        assert len(text) < len(old)  # shorter: a record written over it without truncating would leave a tail
+        assert text.count("\n") == 1 and text.endswith("}\n") and "old-holder" not in text
+        assert json.loads(text)["pid"] == os.getpid()
+    assert path.read_text() == ""  # emptied when released

@@ -295,3 +295,116 @@ def test_a_profile_sets_its_keys_before_the_overrides_and_an_unknown_one_is_refu
     path.write_text(yaml.safe_dump({**SWEEP, "profiles": {"budget": [1, 2]}}))
     with pytest.raises(ConfigError, match="'profiles' must map each profile's name to its dotted keys"):
         load_sweep(path)
+
+
+def finished_sweep(out, variants, seeds, runs, grid=None):
+    """A sweep folder as a sweep leaves it, from (variant, lr, seed, validation accuracy, test
+    accuracy) per finished run, written to results.jsonl in the order given (no run folders:
+    the report says 'not recorded' for construction and budget, and draws no figure)."""
+    out.mkdir()
+    grid = grid or {"train.lr": sorted({lr for _, lr, _, _, _ in runs})}
+    (out / "sweep.yaml").write_text(yaml.safe_dump({
+        "task": {"name": "condattend"}, "sweep": {"variants": variants, "grid": grid, "seeds": seeds,
+                                                   "metric": "accuracy", "mode": "max"}}))
+    lines = []
+    for variant, lr, seed, validation, test in runs:
+        run_id = f"{variant}/train.lr={lr}/seed{seed}"
+        lines.append({"run_id": run_id, "variant": variant, "point": {"train.lr": lr}, "seed": seed,
+                      "status": "done", "run_dir": f"runs/{run_id}",
+                      "summary": {"validation": {"accuracy": validation, "loss": 1 - validation},
+                                  "test": {"accuracy": test, "loss": 1 - test},
+                                  "parameters": {"trainable": 1000}, "tokens_per_s": 1.0}})
+    (out / "results.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return out
+
+
+def table(report: str, heading: str) -> list[list[str]]:
+    """The cells of each data row of the table under `heading` in a report."""
+    lines = report.split(heading, 1)[1].split("\n## ", 1)[0].splitlines()
+    rows = [line for line in lines if line.startswith("| ") and not line.startswith("|---")]
+    return [[cell.strip() for cell in row.strip("|").split("|")] for row in rows[1:]]  # the header dropped
+
+
+def test_the_whole_grids_test_accuracy_cells_are_the_runs_test_accuracies(tmp_path):
+    """Every row of the report's whole grid shows, under 'test accuracy', the mean ± interval of
+    its runs' TEST accuracies (validation and test differ in every run here), and under
+    'validation accuracy' their validation ones."""
+    from modformer.sweep.report import _cell
+
+    runs = [("standard", lr, seed, 0.20 + 0.01 * seed + lr, 0.80 - 0.02 * seed - lr)
+            for lr in (0.001, 0.01) for seed in (0, 1, 2)]
+    report = write_report(finished_sweep(tmp_path / "out", ["standard"], [0, 1, 2], runs)).read_text()
+    rows = table(report, "## The whole grid")
+    assert [row[:3] for row in rows] == [["standard", "`train.lr=0.001`", "3"], ["standard", "`train.lr=0.01`", "3"]]
+    for row, lr in zip(rows, (0.001, 0.01)):
+        mine = [r for r in runs if r[1] == lr]
+        assert row[3] == _cell([r[3] for r in mine], "accuracy")  # validation
+        assert row[4] == _cell([r[4] for r in mine]) != row[3]  # test
+    # The chosen setting's own row reads the test set too.
+    [chosen] = table(report, "## Chosen setting per variant")
+    assert chosen[4] == _cell([r[4] for r in runs if r[1] == 0.01])
+
+
+@pytest.mark.parametrize("variants, seeds", [(["standard", "frozen_qk", "mixit"], [0, 1]),
+                                             (["standard", "frozen_qk"], [0, 1, 2])])
+def test_a_setting_is_complete_only_with_every_seed_of_the_sweep(tmp_path, variants, seeds):
+    """A grid point counts as complete, and may be chosen, only when it holds EVERY seed of the
+    sweep (not as many runs as the sweep has variants): here lr=0.01 lacks the last seed but has
+    the best validation accuracy; lr=0.001 holds every seed and is chosen, for every variant."""
+    runs = [(v, 0.001, s, 0.5, 0.5) for v in variants for s in seeds]
+    runs += [(v, 0.01, s, 0.9, 0.9) for v in variants for s in seeds[:-1]]  # one seed short
+    report = write_report(finished_sweep(tmp_path / "out", variants, seeds, runs)).read_text()
+    chosen = table(report, "## Chosen setting per variant")
+    assert [row[:3] for row in chosen] == [[v, "`train.lr=0.001`", str(len(seeds))] for v in variants]
+    grid = table(report, "## The whole grid")
+    assert {(row[0], row[1]) for row in grid if row[-1] == "yes"} == {(v, "`train.lr=0.001`") for v in variants}
+    assert all(f"{v}/train.lr=0.01 ({len(seeds) - 1} of {len(seeds)} seeds)" in report for v in variants)
+
+
+def test_the_report_states_the_sweeps_seeds_in_order_whatever_order_the_records_are_in(tmp_path):
+    """results.jsonl lists runs as they finished (here seeds 1, 0, 2): the report names the
+    sweep's seeds sorted, [0, 1, 2], and counts every one of them in each setting."""
+    runs = [("standard", 0.001, s, 0.5, 0.5) for s in (1, 0, 2)]
+    report = write_report(finished_sweep(tmp_path / "out", ["standard"], [0, 1, 2], runs)).read_text()
+    assert "Seeds: [0, 1, 2]." in report
+    assert table(report, "## Chosen setting per variant")[0][2] == "3"
+
+
+def test_a_language_modelling_budget_is_counted_in_tokens_on_the_curve_and_the_reports_plot(tmp_path, monkeypatch):
+    """For language modelling, x is what the runs trained on in TOKENS: steps x batch x seq_len
+    (the reference's trainer.py unit), not steps x batch sequences; on `modformer curve` and on
+    a sweep report's budget plot."""
+    from modformer.sweep import budget_plot
+    from modformer.sweep.curve import curve_points
+    from modformer.sweep.report import point_label
+
+    out = tmp_path / "lm"
+    out.mkdir()
+    (out / "sweep.yaml").write_text("sweep: {}\n")
+    lines, groups = [], {}
+    for steps in (10, 40):
+        for seed in (0, 1):
+            run_id = f"standard/train.steps={steps}/seed{seed}"
+            (out / "runs" / run_id).mkdir(parents=True)
+            config = {"model": {"d_model": 64}, "task": {"name": "lm", "seq_len": 32},
+                      "train": {"steps": steps, "batch_size": 8, "lr": 0.001, "seed": seed}}
+            (out / "runs" / run_id / "config.yaml").write_text(yaml.safe_dump(config))
+            record = {"run_id": run_id, "variant": "standard", "point": {"train.steps": steps}, "status": "done",
+                      "run_dir": f"runs/{run_id}", "summary": {"test": {"accuracy": 0.1, "loss": 5.0 - steps / 10}}}
+            lines.append(record)
+            groups.setdefault(("standard", point_label(record["point"])), []).append(record)
+    (out / "results.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    tokens = {10: 10 * 8 * 32, 40: 40 * 8 * 32}
+
+    points = curve_points([out], metric="loss")["standard"]
+    assert sorted(points) == [tokens[10], tokens[40]]
+    assert sorted(v for v, _ in points[tokens[40]]) == [1.0, 1.0]
+
+    drawn = {}
+    monkeypatch.setattr(budget_plot, "draw_curves",
+                        lambda lines, field, mark, path, metric: drawn.update(lines=lines, field=field, mark=mark))
+    caption = budget_plot.plot_budget(out, tmp_path / "budget.png", {"train.steps": [10, 40]}, ["standard"], groups,
+                                      "loss")
+    assert "tokens trained on" in caption and drawn["field"] == "tokens" and drawn["mark"] == 40_000 * 512 * 256
+    assert {x: sorted(v) for x, v in drawn["lines"]["standard"].items()} == {tokens[10]: [4.0, 4.0],
+                                                                            tokens[40]: [1.0, 1.0]}

@@ -191,3 +191,21 @@ def test_bench_data_reports_the_loader_and_training_side_by_side(text, tmp_path,
     assert "loader (lm" in out and "training (standard" in out and "tokens per second" in out
     rows = json.loads((tmp_path / "out" / "data_throughput.json").read_text())["rows"]
     assert len(rows) == 2 and all(r["tokens_per_s"] > 0 for r in rows)
+
+
+def test_each_epoch_of_a_text_stream_is_a_different_permutation(text):
+    """The training stream of a text task walks its items once per epoch, each epoch in its own
+    order (drawn from the seed and the epoch): epochs 0, 1, 2 are permutations of every block,
+    no two the same, and the batches read in epoch 1 are epoch 1's order, not epoch 0's again."""
+    task = TASKS["lm"](lm_config(text).task)
+    n = task.items(task.corpus.splits["train"])
+    assert n > 10
+    epochs = [task.stream_indices(0, step, n, n).tolist() for step in range(3)]  # one batch = one epoch
+    assert all(sorted(e) == list(range(n)) for e in epochs)
+    assert epochs[0] != epochs[1] and epochs[1] != epochs[2] and epochs[0] != epochs[2]
+    # Walked in batches of 7 that straddle the epochs' boundaries: the same orders.
+    walked = np.concatenate([task.stream_indices(0, step, 7, n) for step in range(-(-3 * n // 7))])[:3 * n]
+    assert walked.tolist() == epochs[0] + epochs[1] + epochs[2]
+    second = task.train_batch(0, 1, n)  # epoch 1's rows, as read from the corpus
+    split = task.corpus.splits["train"]
+    assert torch.equal(second.inputs[0], torch.from_numpy(split.read(epochs[1][0] * 32, epochs[1][0] * 32 + 32)))

@@ -222,3 +222,48 @@ def test_the_loss_over_scored_rows_has_ignore_index_s_gradient_bit_for_bit(task)
         assert torch.allclose(ours, plain, rtol=1e-6, atol=0)
         if task == "lm_like":
             assert torch.equal(ours, plain)
+
+
+# The smallest run of tiny_config's task: for what a run records, not what it learns.
+SMALLEST = ["model.d_model=16", "model.n_layers=1", "model.n_heads=2", "task.n_pairs=2", "task.test_size=20",
+            "task.validation_size=20", "train.batch_size=4", "train.eval_batch_size=20"]
+
+
+def test_the_learning_rate_logged_at_step_d_is_the_rate_step_d_used(tiny_config, tmp_path):
+    """The training record of step d (d steps done) shows the rate the d-th optimizer step ran
+    with: the one its param_groups held when it stepped, which is learning_rate(d - 1) (0-based),
+    not the next step's. Every step logged, over the warm-up and the decay."""
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+    from modformer.train.optim import learning_rate
+
+    cfg = tiny_config("train.steps=8", "train.warmup_steps=3", "train.log_every=1", "train.eval_every=8",
+                      "train.checkpoint_every=0", "train.min_lr_ratio=0.1", *SMALLEST)
+    used = []
+    handle = register_optimizer_step_pre_hook(
+        lambda optimizer, args, kwargs: used.append([g["lr"] for g in optimizer.param_groups]))
+    try:
+        run(cfg, tmp_path / "run")
+    finally:
+        handle.remove()
+    assert len(used) == 8 and all(len(set(rates)) == 1 for rates in used)  # one rate, every group
+    logged = {r["step"]: r["lr"] for r in read_records(tmp_path / "run" / "metrics.jsonl") if r["kind"] == "train"}
+    assert list(logged) == list(range(1, 9))
+    for d, lr in logged.items():
+        assert lr == pytest.approx(used[d - 1][0], rel=1e-12) == learning_rate(d - 1, cfg.train)
+
+
+@pytest.mark.parametrize("schedule", ["cosine", "linear"])
+def test_the_schedule_decays_to_the_min_lr_floor_and_never_below(tiny_config, schedule):
+    """train.min_lr_ratio: after the warm-up the rate falls to lr * min_lr_ratio at the end of the
+    schedule (learning_rate(train.steps)), is never below it, and stays there past the end."""
+    from modformer.train.optim import learning_rate
+
+    train = tiny_config("train.steps=50", "train.warmup_steps=5", "train.lr=0.02", "train.min_lr_ratio=0.25",
+                        f"train.schedule={schedule}").train
+    floor = 0.02 * 0.25
+    rates = [learning_rate(s, train) for s in range(60)]
+    decay = rates[5:]  # the warm-up starts from lr / warmup_steps, below the floor here
+    assert min(decay) == pytest.approx(floor, rel=1e-12) and all(r >= floor * (1 - 1e-12) for r in decay)
+    assert rates[50:] == pytest.approx([floor] * 10, rel=1e-12)  # the end, and past it
+    assert floor < rates[49] < rates[48] < rates[5] == pytest.approx(0.02)  # still decaying at the last step run
