@@ -517,7 +517,7 @@ def test_frozen_mlp_freezes_every_feed_forward_parameter_biases_included(trainer
 def test_the_hf_warm_up_truncates_a_fractional_four_percent():
     """utils.py's max(int(0.04 * max_steps), 500) at step counts whose 4% is fractional: int
     truncates (501.48 and 501.52 and 501.96 -> 501), neither rounds nor takes the ceiling."""
-    from modformer.construction import hf_warmup
+    from modformer.papers.random_attention.construction import hf_warmup
     steps = [12_525, 12_537, 12_538, 12_549, 12_550, 40_010]
     assert [hf_warmup({"train": {"steps": n}}) for n in steps] == [501, 501, 501, 501, 502, 1600]
     assert filled("standard", "trainer.py", steps=12_549)["train.warmup_steps"] == 501  # what the switch fills in

@@ -99,10 +99,12 @@ def test_sweep_runs_resumes_and_reports(tmp_path):
     report = write_report(out).read_text()
     assert "## Chosen setting per variant" in report and "n_pairs" in report and "no finished run yet" not in report
     rows = [line for line in report.splitlines() if line.startswith("| standard |")]
-    # Its construction and budget, the chosen setting, its other metrics, both grid points per n_pairs (3
-    # values: few enough to show every setting), and both grid points in the whole grid.
-    assert len(rows) == 1 + 1 + 1 + 2 + 2
-    assert rows[0].startswith("| standard | corrected | ") and " sequences (" in rows[0]
+    # The chosen setting, its other metrics, both grid points per n_pairs (3 values: few enough to
+    # show every setting), and both grid points in the whole grid; no paper's section (a sweep of
+    # our construction whose file names no paper).
+    assert len(rows) == 1 + 1 + 2 + 2
+    assert rows[0].startswith("| standard | `train.lr=")
+    assert "## Construction and budget" not in report and "paper" not in report.lower()
     assert "## Test accuracy per `n_pairs`, every setting" in report and "| n_pairs=1 | n_pairs=2 | n_pairs=3 |" in report
     assert "## Other test metrics" in report and "token_accuracy" in report
     for figure in ("slices.png", "curves.png", "induction.png"):
@@ -405,6 +407,10 @@ def test_a_language_modelling_budget_is_counted_in_tokens_on_the_curve_and_the_r
                         lambda lines, field, mark, path, metric: drawn.update(lines=lines, field=field, mark=mark))
     caption = budget_plot.plot_budget(out, tmp_path / "budget.png", {"train.steps": [10, 40]}, ["standard"], groups,
                                       "loss")
-    assert "tokens trained on" in caption and drawn["field"] == "tokens" and drawn["mark"] == 40_000 * 512 * 256
+    assert "tokens trained on" in caption and drawn["field"] == "tokens" and drawn["mark"] is None  # no paper's
+    # As one of the random-attention paper's experiments, trainer.py's budget in tokens is marked.
+    budget_plot.plot_budget(out, tmp_path / "budget.png", {"train.steps": [10, 40]}, ["standard"], groups, "loss",
+                            ["random_attention"])
+    assert drawn["mark"][0] == 40_000 * 512 * 256 and "trainer.py's tokens" in drawn["mark"][1]
     assert {x: sorted(v) for x, v in drawn["lines"]["standard"].items()} == {tokens[10]: [4.0, 4.0],
                                                                             tokens[40]: [1.0, 1.0]}

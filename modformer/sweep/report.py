@@ -125,7 +125,7 @@ def write_report(sweep_dir: str | Path) -> Path:
     lines += [f"Task `{task.get('name', 'condattend')}` ({', '.join(f'{k}={v}' for k, v in task.items() if k != 'name')}); "
               f"base model {', '.join(f'{k}={v}' for k, v in model.items()) or 'defaults'}; "
               f"training {', '.join(f'{k}={v}' for k, v in train.items()) or 'defaults'}.", ""]
-    lines += [f"Variants: {', '.join(listed)}. Seeds: {sw['seeds']}. The same grid for every variant: "
+    lines += [f"Variants: {', '.join(listed)}. Seeds: {_seeds_text(done, listed)}. The same grid for every variant: "
               + (", ".join(f"`{k}` in {v}" for k, v in sw["grid"].items()) or "no grid (one setting)") + ".", ""]
     lines += [f"Each variant's setting is chosen by the mean validation {metric} ({mode}) over seeds; the test "
               f"set is reported only for that setting. Cells: mean ± std [95% t interval] over seeds "
@@ -227,6 +227,16 @@ def write_report(sweep_dir: str | Path) -> Path:
     path = sweep_dir / "report.md"
     atomic_write_text(path, "\n".join(lines))
     return path
+
+
+def _seeds_text(done: list[dict[str, Any]], variants: list[str]) -> str:
+    """The seeds the finished runs hold, in order: '[0, 1, 2]', or each variant's where they
+    differ ('standard [0, 1, 2]; mixit [0, 1, 2, 3, 4, 5, 6, 7]'), not the last command's."""
+    seeds = {v: sorted({r["seed"] for r in done if r["variant"] == v and "seed" in r}) for v in variants}
+    seeds = {v: s for v, s in seeds.items() if s}
+    if len({tuple(s) for s in seeds.values()}) <= 1:
+        return str(next(iter(seeds.values()), []))
+    return "; ".join(f"{v} {s}" for v, s in seeds.items())
 
 
 def summary_sections(report: str) -> str:
