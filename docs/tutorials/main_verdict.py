@@ -71,7 +71,7 @@ for variant in ("standard", "frozen_qk", "mixit"):
 # %% [markdown]
 # ## The committed report, at the main job's size
 #
-# The full-size run (3 seeds, 4 pairs, 51,200 sequences each: 0.4% of the paper's budget,
+# The full-size run (3 seeds, 4 pairs, 51,200 sequences each: 0.0512% of what depth.py trains,
 # at width 64) is committed with its per-run records in
 # `results/random_attention/main_reference/`, measured on the project's 2-core CPU machines
 # (an AMD EPYC without AVX-512; MixiT's runs, re-run on 2026-12-02 with its mixing drawn as
@@ -97,13 +97,13 @@ for variant in ("standard", "frozen_qk", "mixit"):
 # from the longer budgets run after it:
 #
 # - **Standard agrees**: 99.96% ± 0.06, as the paper's 100%.
-# - **Frozen-QK does not reproduce** at the paper's whole budget at width 64: 49.1% ± 0.3
-#   here, about 1/n, and the same over a 250x longer budget (49.8% ± 0.9 at the paper's
-#   12.8 million sequences); at widths up to the paper's 512 too, at 0.8% of it.
-# - **MixiT agrees in order, narrowly**: 0.77% ± 0.93 here, rising with budget (33.9% at
-#   16x); at the paper's whole budget its eight seeds split (four solve the task, three
-#   answer at 1/n, one in between: 75.8% ± 26.3 [53.8, 97.8]), an interval below
-#   Standard's 100%.
+# - **Frozen-QK does not reproduce** at width 64: about 1/n here, and the same over a 250x
+#   longer budget (12.8 million sequences, 12.8% of depth.py's 10^8: no seed of three above
+#   90%); at widths up to the paper's 512 too.
+# - **MixiT's seeds split**: near chance here, rising with budget; at 12.8% of depth.py's
+#   budget four of its eight seeds solve the task and the others do not, a success rate
+#   of 50% with a 95% Wilson interval of [22, 78]%: bimodal, so no mean and no order with
+#   Standard is claimed (the results page states the rule).
 #
 # `modformer report DIR` redraws any report from its records; to grow the sweep (more
 # seeds, a longer budget as another `train.steps` value) run the same file with the new
