@@ -16,6 +16,7 @@ training function is `train_run`, not `train`: `modformer.train` is the package 
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -79,12 +80,14 @@ def evaluate_run(path: str | Path, *overrides: str) -> dict[str, Any]:
 
 def sweep(config_path: str | Path, out: str | Path, *overrides: str, workers: int | None = None,
           launcher: str | None = None, slurm: Mapping[str, Any] | None = None, wait: bool = False,
-          profiles: Sequence[str] = (), echo=None) -> Path | None:
+          profiles: Sequence[str] = (), echo=None, command: Sequence[str] | None = None) -> Path | None:
     """Run (or continue) the sweep of a config with a `sweep` section into `out`, as
     `modformer sweep`; returns the path of its Markdown report. `profiles`: the file's named
     profiles to apply, in order, before `overrides` (e.g. ["budget"]). `launcher` and `slurm`
     (keys of sweep.slurm) override the file's; with launcher slurm the runs are submitted as
-    one job array and, unless `wait`, None is returned at once (submit again to gather)."""
+    one job array and, unless `wait`, None is returned at once (submit again to gather).
+    `command`: the command line recorded as the one that started the sweep (commands.txt,
+    the report's Reproduce section); by default the equivalent `modformer sweep` command."""
     spec = load_sweep(config_path, overrides, profiles)
     if workers is not None:
         spec.spec.workers = workers
@@ -93,7 +96,10 @@ def sweep(config_path: str | Path, out: str | Path, *overrides: str, workers: in
     if slurm:
         spec.spec.slurm = replace(spec.spec.slurm, **slurm)  # checked again by SlurmConfig.__post_init__
     spec.spec.__post_init__()
-    runner = SweepRunner(spec, Path(out), echo=echo)
+    if command is None:
+        command = _sweep_command(config_path, out, overrides, workers=workers, launcher=launcher, slurm=slurm,
+                                 wait=wait, profiles=profiles)
+    runner = SweepRunner(spec, Path(out), echo=echo, command=command)
     if spec.spec.launcher == "slurm":
         if SlurmLauncher(runner, wait=wait).launch() is None:
             return None
@@ -104,3 +110,22 @@ def sweep(config_path: str | Path, out: str | Path, *overrides: str, workers: in
                                  f"follow them with --launcher slurm --wait, or scancel them, before training locally")
         runner.run()
     return write_report(Path(out))
+
+
+def _sweep_command(config_path: str | Path, out: str | Path, overrides: Sequence[str], *, workers: int | None,
+                   launcher: str | None, slurm: Mapping[str, Any] | None, wait: bool,
+                   profiles: Sequence[str]) -> list[str]:
+    """The `modformer sweep` command that runs what `sweep(...)` was called with: keys of
+    `slurm` as overrides of sweep.slurm (JSON values, which YAML reads back as they were),
+    after the caller's overrides, as `sweep` applies them after."""
+    command = ["modformer", "sweep", str(config_path), *overrides,
+               *(f"sweep.slurm.{key}={json.dumps(value)}" for key, value in (slurm or {}).items())]
+    for profile in profiles:
+        command += ["--profile", profile]
+    if workers is not None:
+        command += ["--workers", str(workers)]
+    if launcher is not None:
+        command += ["--launcher", launcher]
+    if wait:
+        command.append("--wait")
+    return [*command, "--out", str(out)]
