@@ -19,14 +19,14 @@ import importlib
 import os
 import sys
 from importlib.metadata import entry_points
-from typing import Callable, Generic, Iterator, TypeVar
+from typing import Any, Callable, Generic, Iterator, TypeVar
 
 from .errors import ConfigError
 
 T = TypeVar("T")
 
 
-def import_path(path: str, key: str):
+def import_path(path: str, key: str) -> Any:
     """The object at `package.module:attribute`; one clear ConfigError naming `key` otherwise.
 
     Args:
