@@ -16,9 +16,10 @@ training function is `train_run`, not `train`: `modformer.train` is the package 
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from .config import RunConfig, config_from_dict, load_config
 from .configtools import apply_override
@@ -38,8 +39,18 @@ __all__ = ["config", "evaluate_run", "load_run", "sweep", "train_run"]
 
 
 def config(source: str | Path | Mapping[str, Any] | RunConfig | None = None, *overrides: str) -> RunConfig:
-    """A checked run config from a YAML file, plain data (a dict as the YAML would hold) or a
-    config already built, then `key=value` overrides, as the command line takes them."""
+    """A checked run config from a YAML file, plain data or a config already built, then
+    `key=value` overrides, as the command line takes them.
+
+    Args:
+        source: a YAML file's path; plain data (a dict as the YAML would hold, left unchanged);
+            a `RunConfig` (copied); or None for the defaults.
+        *overrides: dotted `key=value` assignments, applied in order, values read as YAML
+            (e.g. `"train.steps=200"`, `"sweep.seeds=[0, 1]"`).
+
+    Returns:
+        The run config, every key checked (an unknown key or a wrong type raises `ConfigError`).
+    """
     if isinstance(source, RunConfig):
         source = source.to_dict()
     if source is None or isinstance(source, (str, Path)):
@@ -53,17 +64,64 @@ def config(source: str | Path | Mapping[str, Any] | RunConfig | None = None, *ov
 
 
 def train_run(cfg: RunConfig | str | Path | Mapping[str, Any], out: str | Path, *, resume: bool = False,
-              echo=None) -> dict[str, Any]:
-    """Train one run into the folder `out` (resumably, as `modformer train --out OUT
-    [--resume]`); returns its summary (validation and test metrics, parameters, speed).
-    The run records the process's command line (the script's) as the command that made it."""
+              echo: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Train one run into the folder `out`, resumably, as `modformer train --out OUT [--resume]`.
+
+    The run records the process's command line (the script's) as the command that made it.
+
+    The summary it returns, which summary.json records, has the keys:
+
+    - `step`: the steps trained (`train.steps`).
+    - `variant`, `task`, `seed`: the config's `model.variant`, `task.name`, `train.seed`.
+    - `model`: what ran: the variant, and the mixer where it is not the variant's.
+    - `parameters`: `{"total": ..., "trainable": ...}`, parameter counts.
+    - `tokens_per_s`: mean training speed over the logged steps.
+    - `mfu`: `{"flops_per_token", "flops_of", "seq_len", "matmul_peak_gflops", "mfu"}`:
+        the model's training FLOPs per token (and whose they are), the matrix-multiply peak
+        measured in the run, and the fraction of it reached.
+    - `validation`: the last validation evaluation's metrics (as `test`, without the
+        model metrics).
+    - `test`: the test set's metrics: the task's (`accuracy`, `token_accuracy`, `loss`
+        by default), `examples`, `slices` (`{slice name: {value: {"accuracy",
+        "token_accuracy", "examples"}}}`), and metrics of the task that need the model's
+        size (e.g. memorization's bits per parameter).
+    - `code_version`: the package version and git commit that trained it.
+    - `construction`: how its construction names it: `"corrected"`, or the label of the
+        construction `model.construction` names (e.g. the random-attention paper's
+        `"reference (SCRIPT) except ..."`, every departure from that script named).
+    - `budget`: what the run trained on (keys `sequences`: steps x batch, `amount`: the
+        same in the task's unit, `unit`: sequences, or tokens for language modelling,
+        `width`: d_model); a paper's report states it against that paper's scripts.
+    - `precision`: the precision it trained in (what `train.precision: auto` chose).
+
+    Args:
+        cfg: the run config, or what `config` reads one from (a YAML path, plain data).
+        out: the run folder; it receives config.yaml, metrics.jsonl, checkpoints/, run.json,
+            summary.json and the plots.
+        resume: continue the run in `out` from its latest checkpoint (from step 0 if it has none).
+        echo: where progress messages go (one string each); by default, standard error.
+
+    Returns:
+        The run's summary, a dict with the keys above.
+    """
     cfg = cfg if isinstance(cfg, RunConfig) else config(cfg)
     return Trainer(cfg, Path(out), resume=resume, echo=echo).run()
 
 
 def evaluate_run(path: str | Path, *overrides: str) -> dict[str, Any]:
     """Score a run directory's latest checkpoint (or a checkpoint file) on its task's test
-    set, as `modformer eval`; overrides may change evaluation keys (batch size, precision)."""
+    set, as `modformer eval`.
+
+    Args:
+        path: a run directory (its latest checkpoint is scored) or a checkpoint file.
+        *overrides: `key=value` changes of what evaluation reads: `task.*` keys (e.g. a
+            larger `task.test_size`), `train.eval_batch_size`, `train.precision`; any other key
+            raises `ConfigError`.
+
+    Returns:
+        `{"variant", "model", "task", "seed", "step", "parameters", "test"}`, with the meanings
+        of `train_run`'s summary keys of those names.
+    """
     for assignment in overrides:  # what eval does not read is refused, not ignored
         key = assignment.partition("=")[0]
         if not (key.startswith("task.") or key in EVAL_KEYS):
@@ -79,12 +137,32 @@ def evaluate_run(path: str | Path, *overrides: str) -> dict[str, Any]:
 
 def sweep(config_path: str | Path, out: str | Path, *overrides: str, workers: int | None = None,
           launcher: str | None = None, slurm: Mapping[str, Any] | None = None, wait: bool = False,
-          profiles: Sequence[str] = (), echo=None) -> Path | None:
+          profiles: Sequence[str] = (), echo: Callable[[str], None] | None = None,
+          command: Sequence[str] | None = None) -> Path | None:
     """Run (or continue) the sweep of a config with a `sweep` section into `out`, as
-    `modformer sweep`; returns the path of its Markdown report. `profiles`: the file's named
-    profiles to apply, in order, before `overrides` (e.g. ["budget"]). `launcher` and `slurm`
-    (keys of sweep.slurm) override the file's; with launcher slurm the runs are submitted as
-    one job array and, unless `wait`, None is returned at once (submit again to gather)."""
+    `modformer sweep`: each run trains in its own process, and finished runs are not
+    trained again.
+
+    Args:
+        config_path: a YAML run config with a `sweep` section.
+        out: the sweep folder (sweep.yaml, results.jsonl, runs/, the report).
+        *overrides: dotted `key=value` assignments, as for `config` (`sweep.*` keys too).
+        workers: runs at once; overrides `sweep.workers`.
+        launcher: `"local"` or `"slurm"`; overrides `sweep.launcher`.
+        slurm: keys of `sweep.slurm` (e.g. `{"partition": "gpu", "time": "2:00:00"}`),
+            overriding the file's.
+        wait: with launcher slurm, follow the job array to its end, then gather and report.
+        profiles: the file's named profiles to apply, in order, before `overrides`
+            (e.g. `["budget"]`).
+        echo: where progress messages go (one string each); by default, standard error.
+        command: the command line recorded as the one that started the sweep (commands.txt,
+            the report's Reproduce section); by default the equivalent `modformer sweep`
+            command.
+
+    Returns:
+        The path of the sweep's Markdown report (report.md in `out`); None where launcher slurm
+        submitted the runs without `wait` (call again to gather them once they are done).
+    """
     spec = load_sweep(config_path, overrides, profiles)
     if workers is not None:
         spec.spec.workers = workers
@@ -93,7 +171,10 @@ def sweep(config_path: str | Path, out: str | Path, *overrides: str, workers: in
     if slurm:
         spec.spec.slurm = replace(spec.spec.slurm, **slurm)  # checked again by SlurmConfig.__post_init__
     spec.spec.__post_init__()
-    runner = SweepRunner(spec, Path(out), echo=echo)
+    if command is None:
+        command = _sweep_command(config_path, out, overrides, workers=workers, launcher=launcher, slurm=slurm,
+                                 wait=wait, profiles=profiles)
+    runner = SweepRunner(spec, Path(out), echo=echo, command=command)
     if spec.spec.launcher == "slurm":
         if SlurmLauncher(runner, wait=wait).launch() is None:
             return None
@@ -104,3 +185,22 @@ def sweep(config_path: str | Path, out: str | Path, *overrides: str, workers: in
                                  f"follow them with --launcher slurm --wait, or scancel them, before training locally")
         runner.run()
     return write_report(Path(out))
+
+
+def _sweep_command(config_path: str | Path, out: str | Path, overrides: Sequence[str], *, workers: int | None,
+                   launcher: str | None, slurm: Mapping[str, Any] | None, wait: bool,
+                   profiles: Sequence[str]) -> list[str]:
+    """The `modformer sweep` command that runs what `sweep(...)` was called with: keys of
+    `slurm` as overrides of sweep.slurm (JSON values, which YAML reads back as they were),
+    after the caller's overrides, as `sweep` applies them after."""
+    command = ["modformer", "sweep", str(config_path), *overrides,
+               *(f"sweep.slurm.{key}={json.dumps(value)}" for key, value in (slurm or {}).items())]
+    for profile in profiles:
+        command += ["--profile", profile]
+    if workers is not None:
+        command += ["--workers", str(workers)]
+    if launcher is not None:
+        command += ["--launcher", launcher]
+    if wait:
+        command.append("--wait")
+    return [*command, "--out", str(out)]

@@ -100,7 +100,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path("runs") / "sweeps" / name
     slurm = {key: getattr(args, key) for key in SLURM_OPTIONS if getattr(args, key) is not None}
     path = api.sweep(args.config, out, *args.overrides, workers=args.workers, launcher=args.launcher,
-                     slurm=slurm, wait=args.wait, profiles=args.profile)
+                     slurm=slurm, wait=args.wait, profiles=args.profile, command=args.command)
     if path is None:  # submitted to Slurm, not followed
         print(f"submitted: {out}")
         return 0
@@ -348,6 +348,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if extra:
         args.overrides = [*args.overrides, *extra]
+    args.command = ["modformer", *argv]  # as typed: what a sweep records as the command that started it
     try:
         return args.func(args)
     except ModformerError as e:

@@ -93,10 +93,19 @@ def _unread_ffn(model: ModelConfig) -> None:
 
 
 def config_from_dict(data: dict[str, Any] | None, *, saved: bool = False) -> RunConfig:
-    """Strictly build a `RunConfig` from plain data; the variant's own mixer is filled in
-    (`_variant_mixer`), the named construction fills in its values (`constructions.py`; older
-    configs are read first), and the model's vocabulary and sequence length, when null, are
-    resolved from the task. `saved`: the data is a run's own record (see `_variant_mixer`)."""
+    """Strictly build a `RunConfig` from plain data: the variant's own mixer is filled in,
+    the named construction fills in its values (`constructions.py`; older configs are read
+    first), and the model's vocabulary and sequence length, when null, are resolved from the
+    task.
+
+    Args:
+        data: the config as plain data (sections `model`, `task`, `train`, maybe `sweep`), as
+            its YAML holds it; None for the defaults. It is not changed.
+        saved: the data is a run's own record (its config.yaml), read as it was written.
+
+    Returns:
+        The run config, every key checked (an unknown key or a wrong type raises `ConfigError`).
+    """
     data = copy.deepcopy(data) if data else {}
     if not isinstance(data, dict):
         raise ConfigError(f"a config must be a mapping with sections model, task, train; got {type(data).__name__}")
@@ -150,7 +159,15 @@ def part_versions(cfg: RunConfig) -> dict[str, dict[str, str]]:
 
 
 def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> RunConfig:
-    """Defaults <- YAML file (if any) <- `a.b=value` overrides."""
+    """Defaults <- YAML file (if any) <- `a.b=value` overrides.
+
+    Args:
+        path: a YAML run config, or None for the defaults.
+        overrides: dotted `key=value` assignments, applied in order, values read as YAML.
+
+    Returns:
+        The checked run config, as `config_from_dict` builds it.
+    """
     data = read_yaml(path) if path is not None else {}
     for assignment in overrides:
         apply_override(data, assignment)

@@ -61,8 +61,18 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def option(default: Any = _MISSING, help: str = "", *, default_factory: Any = _MISSING) -> Any:
-    """Declare a config field with its documentation (shown by `modformer ... --help`)."""
+def option(default: Any = dataclasses.MISSING, help: str = "", *,
+           default_factory: Any = dataclasses.MISSING) -> Any:
+    """Declare a config field with its documentation (shown by `modformer ... --help`).
+
+    Args:
+        default: the field's default value (immutable; lists and dicts take `default_factory`).
+        help: what the field means, shown by `--help` and on these pages.
+        default_factory: a function of no arguments returning the default (e.g. `list`).
+
+    Returns:
+        A `dataclasses.field` carrying `help` in its metadata.
+    """
     if default is not _MISSING and isinstance(default, (list, dict, set)):
         raise TypeError("use default_factory for mutable defaults")
     return dataclasses.field(default=default, default_factory=default_factory, metadata={"help": help})

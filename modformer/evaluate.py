@@ -90,8 +90,18 @@ def load_checkpoint_model(path: str | Path, overrides: Sequence[str] = ()) -> tu
 
 
 def load_run(path: str | Path, overrides: Sequence[str] = ()) -> tuple[nn.Module, RunConfig, Task, int]:
-    """(model, run config, its task, step) of a modformer checkpoint or run directory: what
-    the commands that analyse a trained model start from."""
+    """A trained model with its config and task, from a checkpoint or run directory: what
+    the commands that analyse a trained model start from.
+
+    Args:
+        path: a run directory (its latest checkpoint) or a checkpoint file.
+        overrides: `key=value` changes of the run's recorded config, applied before anything
+            is built (e.g. `task.test_size=10000`).
+
+    Returns:
+        `(model, cfg, task, step)`: the model with the checkpoint's weights, the run's config,
+        its task (built from `cfg.task`), and the step the checkpoint was saved at.
+    """
     model, data, step = load_checkpoint_model(path, overrides)
     cfg = config_from_dict(data)
     return model, cfg, TASKS[cfg.task.name](cfg.task), step

@@ -3,6 +3,7 @@
 A part is found by any of three names, so that a part of yours needs no edit of this
 repository and a run config stays self-contained (a sweep's worker processes, a reloaded
 run, another machine find the part from the config alone):
+
 - a name registered in this library (`attention`, `mixit`, ...): a new file with one
   decorated function or class, nothing else;
 - an import path, `package.module:attribute` (e.g. `model.mixer: mypkg.conv:CausalConv`),
@@ -18,15 +19,23 @@ import importlib
 import os
 import sys
 from importlib.metadata import entry_points
-from typing import Callable, Generic, Iterator, TypeVar
+from typing import Any, Callable, Generic, Iterator, TypeVar
 
 from .errors import ConfigError
 
 T = TypeVar("T")
 
 
-def import_path(path: str, key: str):
-    """The object at `package.module:attribute`; one clear ConfigError naming `key` otherwise."""
+def import_path(path: str, key: str) -> Any:
+    """The object at `package.module:attribute`; one clear ConfigError naming `key` otherwise.
+
+    Args:
+        path: an import path, `package.module:attribute` (the attribute may be dotted).
+        key: the config key that named it (e.g. `model.mixer`), for the error message.
+
+    Returns:
+        The module's attribute (a class, function or other object).
+    """
     module_name, _, attribute = path.partition(":")
     if not module_name or not attribute:
         raise ConfigError(f"{key}: '{path}' is not an import path of the form package.module:attribute")

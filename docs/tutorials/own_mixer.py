@@ -10,10 +10,10 @@
 # # Your own mixer, from nothing to a sweep report
 #
 # A sequence mixer is the part of a block that moves information between positions
-# (attention, in a standard transformer). This tutorial writes a new one, an exponential
-# moving average with a learned decay per channel, checks that it is causal, trains it,
-# and compares two variants built with it in a sweep with a report. Nothing in modformer
-# is edited: the mixer is named by its import path.
+# (attention, in a standard transformer). This tutorial reads a new one, an exponential
+# moving average with a learned decay per channel, written outside modformer; checks that
+# it is causal, trains it, and compares two variants built with it in a sweep with a
+# report. Nothing in modformer is edited: the mixer is named by its import path.
 #
 # It takes under a minute on a CPU. Run it from the repository root (it reads `configs/`).
 
@@ -28,7 +28,25 @@ import torch
 import modformer as mf
 from modformer.errors import ConfigError
 
-work = Path(tempfile.mkdtemp(prefix="modformer-own-mixer-"))  # every file this tutorial writes
+try:  # in a notebook (the site runs this one): Markdown rendered, code highlighted, figures drawn
+    from IPython import get_ipython
+    from IPython.display import Image, Markdown, display
+
+    NOTEBOOK = get_ipython() is not None
+except ImportError:  # run as a script: printed
+    NOTEBOOK = False
+
+
+def show(text: str, language: str | None = None) -> None:
+    """In a notebook, `text` rendered as Markdown (tables as tables), or as code in `language`,
+    highlighted; elsewhere printed as it is."""
+    if not NOTEBOOK:
+        print(text)
+    else:
+        display(Markdown(f"```{language}\n{text}\n```" if language else text))
+
+
+work = Path(tempfile.mkdtemp(prefix="modformer-own-mixer-"))  # every file it writes
 # A tiny retrieval run: seconds on a CPU, far below any published budget.
 TINY = ["model.d_model=32", "model.n_layers=2", "task.n_pairs=2", "task.test_size=200",
         "task.validation_size=100", "train.steps=80", "train.batch_size=64", "train.lr=1e-2",
@@ -42,55 +60,23 @@ TINY = ["model.d_model=32", "model.n_layers=2", "task.n_pairs=2", "task.test_siz
 # options are a dataclass named `Options` beside it, with `option(default, help)` fields:
 # the run config gives them as `model.mixer_options`, checked like every other key.
 #
-# A sweep trains each run in its own process, and a reloaded run builds its model again,
-# so the mixer lives in a module those processes can import: here a file in a folder put on
-# `PYTHONPATH` (in your own work, a module of your package).
+# Ours is the file `examples/parts/ema.py` of this repository:
 
 # %%
-MIXER = '''
-from dataclasses import dataclass
+show(Path("examples/parts/ema.py").read_text(), "python")
 
-import torch
-from torch import nn
+# %% [markdown]
+# A sweep trains each run in its own process, and a reloaded run builds its model again,
+# so the mixer lives in a module those processes can import: here `examples.parts.ema`,
+# found from the repository's root put on `PYTHONPATH` (in your own work, a folder of yours
+# on `PYTHONPATH`, or a module of your package).
 
-from modformer.configtools import option
-
-
-@dataclass
-class EMAOptions:
-    decay: float = option(0.9, "initial decay of every channel's running average, in (0, 1)")
-
-    def __post_init__(self):
-        if not 0 < self.decay < 1:
-            raise ValueError("decay must be in (0, 1)")
-
-
-class EMAMixer(nn.Module):
-    """y_t = W_o((1 - a) * sum_{s <= t} a^(t - s) * W_i x_s), a learned decay a per channel."""
-
-    Options = EMAOptions
-
-    def __init__(self, cfg, options: EMAOptions):
-        super().__init__()
-        self.in_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
-        self.out_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
-        logit = torch.logit(torch.tensor(options.decay))
-        self.decay_logit = nn.Parameter(torch.full((cfg.d_model,), float(logit)))  # a vector: kept as built
-
-    def forward(self, x):  # (B, T, d_model) -> (B, T, d_model)
-        a = torch.sigmoid(self.decay_logit)  # (d_model,)
-        t = torch.arange(x.shape[1], device=x.device)
-        lag = (t[:, None] - t[None, :]).clamp(min=0)  # (T, T): how far back each position reads
-        past = (t[:, None] >= t[None, :])[..., None]  # (T, T, 1): causal
-        weights = torch.where(past, (1 - a) * a ** lag[..., None], 0.0)  # (T, T, d_model)
-        return self.out_proj(torch.einsum("tsd,bsd->btd", weights, self.in_proj(x)))
-'''
-parts = work / "parts"
-(parts / "mymixers").mkdir(parents=True)
-(parts / "mymixers" / "__init__.py").write_text("")
-(parts / "mymixers" / "ema.py").write_text(MIXER)
-sys.path.insert(0, str(parts))  # for this process
-os.environ["PYTHONPATH"] = os.pathsep.join([str(parts), *filter(None, [os.environ.get("PYTHONPATH")])])  # and the sweep's
+# %%
+MIXER = "examples.parts.ema:EMAMixer"
+root = str(Path.cwd())  # the repository's root
+sys.path.insert(0, root)  # for this process
+# and for the sweep's processes:
+os.environ["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])
 
 # %% [markdown]
 # ## Built into a model
@@ -100,7 +86,8 @@ os.environ["PYTHONPATH"] = os.pathsep.join([str(parts), *filter(None, [os.enviro
 # The block around it (pre-norm, residuals, the feed-forward module) is the library's.
 
 # %%
-cfg = mf.config("configs/retrieval.yaml", "model.mixer=mymixers.ema:EMAMixer", "model.mixer_options.decay=0.8", *TINY)
+cfg = mf.config("configs/retrieval.yaml", f"model.mixer={MIXER}", "model.mixer_options.decay=0.8",
+                *TINY)
 model = mf.build_model(cfg.model, seed=0)
 print(type(model.blocks[0].mixer).__name__, "with decay", cfg.model.mixer_options["decay"])
 print(model.parameter_counts())
@@ -110,7 +97,7 @@ print(model.parameter_counts())
 
 # %%
 try:
-    mf.config("configs/retrieval.yaml", "model.mixer=mymixers.ema:EMAMixer", "model.mixer_options.decy=0.8")
+    mf.config("configs/retrieval.yaml", f"model.mixer={MIXER}", "model.mixer_options.decy=0.8")
 except ConfigError as error:
     print("ConfigError:", error)
 
@@ -139,11 +126,13 @@ assert torch.equal(before[:, :-1], after[:, :-1])
 # each, which is fastest for models this small.)
 
 # %%
-for mixer, options in (("mymixers.ema:EMAMixer", "{decay: 0.8}"), ("attention", "{}")):
-    run = mf.config(cfg, f"model.mixer={mixer}", f"model.mixer_options={options}", "train.threads=1")
+for mixer, options in ((MIXER, "{decay: 0.8}"), ("attention", "{}")):
+    run = mf.config(cfg, f"model.mixer={mixer}", f"model.mixer_options={options}",
+                    "train.threads=1")
     summary = mf.train_run(run, work / mixer.split(":")[-1], echo=lambda message: None)
-    slices = {n: round(s["accuracy"], 3) for n, s in summary["test"]["slices"]["n_pairs"].items()}
-    print(f"{mixer:<22} test accuracy {summary['test']['accuracy']:.3f}, by number of pairs {slices}")
+    test = summary["test"]
+    slices = {n: round(s["accuracy"], 3) for n, s in test["slices"]["n_pairs"].items()}
+    print(f"{mixer:<27} test accuracy {test['accuracy']:.3f}, by number of pairs {slices}")
 print(sorted(p.name for p in (work / "EMAMixer").iterdir()))
 
 # %% [markdown]
@@ -153,25 +142,27 @@ print(sorted(p.name for p in (work / "EMAMixer").iterdir()))
 # (everything trains) and `frozen_mlp` (the feed-forward modules stay at their
 # initialisation), both with our mixer, 2 seeds each. Two seeds keep the tutorial short:
 # the report warns that its intervals need at least 3. Each run trains in its own process,
-# 2 at a time, and a stopped sweep continues with the same call.
+# 2 at a time, and a stopped sweep continues with the same call. The report is Markdown;
+# its last section, Reproduce, is the `modformer sweep` command that runs this sweep again.
 
 # %%
-report = mf.sweep("configs/retrieval.yaml", work / "sweep", "model.mixer=mymixers.ema:EMAMixer", *TINY,
-                  "sweep.variants=[standard, frozen_mlp]", "sweep.seeds=[0, 1]", "sweep.workers=2",
-                  echo=lambda message: None)
-print(report.read_text())
+report = mf.sweep("configs/retrieval.yaml", work / "sweep", f"model.mixer={MIXER}", *TINY,
+                  "sweep.variants=[standard, frozen_mlp]", "sweep.seeds=[0, 1]",
+                  "sweep.workers=2", echo=lambda message: None)
+# Its Figures section links to image files beside it, shown below instead.
+sections = report.read_text().split("\n## ")
+show("\n## ".join(s for s in sections if not s.startswith("Figures")))
 
 # %% [markdown]
 # The report's figures sit beside it: `slices.png` (accuracy per slice, with error bars over
 # seeds) and `curves.png` (validation curves).
 
 # %%
-import matplotlib.pyplot as plt
-
-figure, axis = plt.subplots(figsize=(8, 4))
-axis.imshow(plt.imread(report.parent / "slices.png"))
-axis.axis("off")
-plt.show()
+figure = report.parent / "slices.png"
+if NOTEBOOK:
+    display(Image(filename=figure))
+else:
+    print("figure:", figure)
 
 # %% [markdown]
 # From here: `modformer report DIR` redraws the report from the run folders,

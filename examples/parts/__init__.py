@@ -1,1 +1,1 @@
-"""Two parts written outside modformer, used by import path (examples/README.md)."""
+"""Three parts written outside modformer, used by import path (examples/README.md)."""

@@ -167,7 +167,7 @@ def _layers(entries: torch.Tensor, parts: list[_Parts], coeffs: list[dict[str, t
 
 
 def key_width(d_model: int, d_entry: int) -> int:
-    """d_k of an unfolded layer: min(d_model, d_E) (see `_layers`)."""
+    """d_k of an unfolded layer: min(d_model, d_E)."""
     return min(d_model, d_entry)
 
 
@@ -215,13 +215,14 @@ def unfold_approximate(ffns: list[nn.Module], n_entries: int | None = None, d_en
     X = [W_up_l, W_down_l^T, b_up_l (and gate's)] (n_E x L(2d+1) columns), each block scaled
     to unit Frobenius norm so every layer weighs the same, computed from the eigenvectors of
     X X^T (n_E x n_E; X is never formed). E = sqrt(n_E) U_r and the rest of the rank-r factor
-    go into the layers (`_layers`: W_Q or W_K). By Eckart-Young this
+    go into the layers (their W_Q or W_K). By Eckart-Young this
     minimises the sum of squared relative errors of all blocks; it is EXACT whenever
     d_E >= rank(X) <= min(n_E, L(2d+1)) (L(3d+2) gated), e.g. one layer with d_ff > 2d + 1.
     It is optimal only for the given order of each layer's hidden units: a unit permutation
     per layer leaves the FFNs unchanged but changes X, and is not searched here.
-    n_E < d_ff: each layer keeps its n_E units of largest `_importance` (magnitude pruning:
-    a heuristic, exact only when the dropped units contribute nothing); a nonlinearity acts
+    n_E < d_ff: each layer keeps its n_E units of largest importance, a bound on each unit's
+    output norm for inputs of RMS 1 (magnitude pruning: a heuristic, exact only when the
+    dropped units contribute nothing); a nonlinearity acts
     on each entry separately, so no factorization merges entries exactly in general.
 
     Errors per layer (relative Frobenius, in float64, against the original with pruned

@@ -52,6 +52,15 @@ def capture(model: nn.Module, *patterns: str) -> Iterator[dict[str, torch.Tensor
     >>> acts["blocks.0.mixer.pattern"].shape   # (B, n_heads, T, T)
 
     Values are detached; a later forward pass inside the block overwrites earlier ones.
+
+    Args:
+        model: a model holding `HookPoint`s (every model modformer builds).
+        *patterns: glob patterns of hook names (`hook_names(model)` lists them); one that
+            matches no hook point raises `ModformerError`.
+
+    Returns:
+        A context manager yielding a dict, hook name -> its latest output, filled by the
+        forward passes run inside the block; the hooks are removed when the block ends.
     """
     points = {n: m for n, m in model.named_modules() if isinstance(m, HookPoint)}
     chosen = [n for n in points if any(fnmatch.fnmatchcase(n, p) for p in patterns)]

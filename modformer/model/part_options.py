@@ -14,6 +14,7 @@ part's defaults change. `modformer train --help CONFIG` and `modformer list --op
 show every option with its type, default and help.
 
 The contract (what `build_model` and the probe before every training expect):
+
 - `cfg` is the resolved `ModelConfig`: read `cfg.d_model`, `cfg.n_heads`, `cfg.head_dim`,
   `cfg.ffn_dim` (d_ff, or 4 d_model), `cfg.max_seq_len` (the task's length unless set),
   `cfg.vocab_size`, `cfg.init_std`; the sections `cfg.attention`, `cfg.mixing` are ours.

@@ -23,7 +23,7 @@ import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import yaml
 
@@ -77,9 +77,14 @@ def _raise_keyboard_interrupt(signum, frame):
 
 
 class SweepRunner:
-    def __init__(self, sweep: Sweep, out: str | Path, *, echo: Callable[[str], None] | None = None):
+    def __init__(self, sweep: Sweep, out: str | Path, *, echo: Callable[[str], None] | None = None,
+                 command: Sequence[str] | None = None):
         self.sweep = sweep
         self.out = Path(out)
+        # The command recorded in commands.txt as the one that (re)started the sweep; by
+        # default, the one that continues it from its resolved sweep.yaml.
+        self.command = list(command) if command is not None else [
+            "modformer", "sweep", str(self.out / "sweep.yaml"), "--out", str(self.out)]
         self.echo = echo or (lambda msg: print(msg, file=sys.stderr))
         self._lock = threading.Lock()
         self._children: set[subprocess.Popen] = set()
@@ -102,8 +107,7 @@ class SweepRunner:
         except OSError as e:
             raise ModformerError(f"cannot create sweep folder {self.out}: {e.strerror or e}") from None
         atomic_write_text(saved, yaml.safe_dump(mine, sort_keys=False))
-        # How this sweep was (re)started.
-        durable_append(self.out / "commands.txt", " ".join(shlex.quote(a) for a in ["modformer", *sys.argv[1:]]) + "\n")
+        durable_append(self.out / "commands.txt", shlex.join(self.command) + "\n")  # how it was (re)started
 
     def run_dir(self, run: RunSpec) -> Path:
         return self.out / "runs" / run.run_id

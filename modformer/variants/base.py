@@ -42,7 +42,16 @@ def model_label(variant: str, mixer: str) -> str:
 
 
 def build_model(cfg: ModelConfig, seed: int) -> Transformer:
-    """Build, initialise (deterministically from `seed`) and freeze the configured variant."""
+    """Build, initialise (deterministically from `seed`) and freeze the configured variant.
+
+    Args:
+        cfg: the model config, its `vocab_size` and `max_seq_len` resolved (as a `RunConfig`'s
+            `model` section is, from its task).
+        seed: the seed every parameter is drawn from.
+
+    Returns:
+        The model, its variant's frozen parameters with `requires_grad` False.
+    """
     if cfg.vocab_size is None or cfg.max_seq_len is None:
         raise ValueError("model.vocab_size and model.max_seq_len must be resolved (from the task) before building")
     variant = VARIANTS[cfg.variant]
