@@ -213,8 +213,11 @@ def test_a_file_without_quotes_or_missing_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize("page", ["README.md", "results/random_attention/README.md", "docs/getting-started.md",
+                                  "results/random_attention/LOG.md", "results/knowledge/LOG.md",
                                   "results/knowledge/README.md", "results/bench/README.md",
-                                  "results/llm_modules/README.md"])
+                                  "results/llm_modules/README.md"]
+                         + sorted(p.relative_to(ROOT).as_posix() for p in ROOT.glob("results/*/*/README.md")
+                                  if "<!--q " in p.read_text()))
 def test_the_committed_results_quote_their_records_exactly(page):
     """Every figure quoted in these pages is what its records give now."""
     assert quote_file(ROOT / page, check=True) == []

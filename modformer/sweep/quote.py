@@ -178,7 +178,8 @@ def _rate(values: list[float], kind: str, digits: int, threshold: float) -> str:
     above = [v for v in values if v > threshold]
     below = [v for v in values if v <= threshold]
     low, high = wilson(len(above), len(values))
-    text = (f"{len(above)} of {len(values)} seeds above {_number(threshold, kind, 0)}{unit} "
+    limit = _number(threshold, kind, 0) if kind == "%" else f"{threshold:g}"  # 0.5, not 0
+    text = (f"{len(above)} of {len(values)} seeds above {limit}{unit} "
             f"({100 * len(above) / len(values):.0f}% [{100 * low:.0f}, {100 * high:.0f}])")
     modes = [_number(sum(m) / len(m), kind, digits) + unit for m in (above, below) if m]
     return text + ("; means " + " and ".join(modes) if len(modes) == 2 else f"; mean {modes[0]}")
