@@ -105,7 +105,7 @@ def test_compile_with_reference_adds_each_reference_contender_compiled(monkeypat
     compiled = []
     monkeypatch.setattr(torch, "compile", lambda model: compiled.append(model) or model)  # the wiring, not Inductor
     rows = llama_throughput(d_model=16, n_layers=1, n_heads=2, batch=2, seq_len=8, precisions=("fp32",),
-                            variants=("mixit",), hf=False, compiled=True, reference=True, repeats=1)
+                            variants=("mixit",), hf=False, compiled=True, construction="reference", repeats=1)
     by_name = {r.contender: r for r in rows}
     assert list(by_name) == ["modformer standard", "modformer standard, compiled", "modformer mixit",
                              "modformer standard, reference", "modformer standard, reference, compiled",

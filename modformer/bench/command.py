@@ -61,7 +61,8 @@ def _llama(args: argparse.Namespace) -> int:
     rows = llama_throughput(d_model=args.width, n_layers=args.layers, n_heads=args.heads, batch=args.batch,
                             seq_len=args.seq, precisions=tuple(args.precision), variants=tuple(args.variants),
                             hf=not args.no_hf, checkpointing=args.checkpointing, compiled=args.compile,
-                            reference=args.reference, repeats=args.repeats)
+                            construction=args.construction or ("reference" if args.reference else None),
+                            repeats=args.repeats)
     text = llama_markdown(rows, args.threads)
     print(text)
     _write(args.out, "llama_throughput", "Training throughput against Hugging Face Llama", text, rows)
@@ -170,10 +171,11 @@ def add_bench_command(subparsers: argparse._SubParsersAction) -> argparse.Argume
                     help="add our standard model with activation checkpointing (memory saved, time it costs)")
     ll.add_argument("--compile", action="store_true",
                     help="add our standard model under torch.compile (compiled in the untimed warm-up steps); "
-                         "with --reference, each reference contender compiled too")
-    ll.add_argument("--reference", action="store_true",
-                    help="add the standard model and each variant in the random-attention reference construction "
-                         "(model.construction: reference)")
+                         "with --construction, each of its contenders compiled too")
+    ll.add_argument("--construction", metavar="NAME",
+                    help="add the standard model and each variant built in this construction (model.construction; "
+                         "`modformer list` names them), labelled ', NAME'")
+    ll.add_argument("--reference", action="store_true", help="the same as --construction reference (older name)")
     ll.add_argument("--repeats", type=int, default=5, help="timed steps per contender (default: 5)")
     ll.add_argument("--threads", type=int, default=torch.get_num_threads(), help="CPU threads (default: torch's)")
     ll.add_argument("--out", help="folder for llama_throughput.md and .json")

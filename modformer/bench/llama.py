@@ -14,10 +14,9 @@ After the timing, one more step of each contender is measured for peak memory
 gradients, optimizer state and activations included). Optional contenders: the standard
 model with activation checkpointing (its recomputation is not counted as useful FLOPs, so
 its MFU shows the cost) and the standard model under `torch.compile` (compiled during the
-untimed warm-up steps), and, with `reference`, the standard model and each variant in the
-random-attention reference construction (`model.construction: reference`: biases, and for
-MixiT learned positions, scaled projections and the gated shaped MLP), each compiled as well
-when `compiled` is set.
+untimed warm-up steps), and, with `construction` (a registered construction's name, e.g. a
+paper's reference code), the standard model and each variant built in that construction,
+each compiled as well when `compiled` is set.
 """
 
 from __future__ import annotations
@@ -77,7 +76,7 @@ def _step(model: nn.Module, tokens: torch.Tensor, precision: str, logits_of: Cal
 def llama_throughput(*, d_model: int = 256, n_layers: int = 4, n_heads: int = 4, vocab_size: int = 512,
                      batch: int = 16, seq_len: int = 256, precisions: tuple[str, ...] = ("fp32", "bf16"),
                      variants: tuple[str, ...] = ("frozen_qk", "mixit"), hf: bool = True, checkpointing: bool = False,
-                     compiled: bool = False, reference: bool = False, repeats: int = 5) -> list[ThroughputRow]:
+                     compiled: bool = False, construction: str | None = None, repeats: int = 5) -> list[ThroughputRow]:
     sizes = dict(vocab_size=vocab_size, d_model=d_model, n_layers=n_layers, n_heads=n_heads, max_seq_len=seq_len)
     cfg = ModelConfig(**sizes)
     tokens = torch.randint(0, vocab_size, (batch, seq_len), generator=torch.Generator().manual_seed(0))
@@ -98,10 +97,10 @@ def llama_throughput(*, d_model: int = 256, n_layers: int = 4, n_heads: int = 4,
         built = replace(cfg, variant=name, mixer=VARIANTS[name].mixer or cfg.mixer)
         contenders[f"modformer {name}"] = (build_model(built, seed=0), lambda out: out, False)
         flops[f"modformer {name}"] = flops_per_token(built, seq_len)[0]
-    for name in ("standard", *variants) if reference else ():
-        built = constructed_model("reference", name, **sizes)
-        # Compiled too with `compiled`: the form the long reference-construction runs train in.
-        forms = [(", reference", False)] + ([(", reference, compiled", True)] if compiled else [])
+    for name in ("standard", *variants) if construction else ():
+        built = constructed_model(construction, name, **sizes)
+        # Compiled too with `compiled`: the form long runs of that construction train in.
+        forms = [(f", {construction}", False)] + ([(f", {construction}, compiled", True)] if compiled else [])
         for suffix, compile_it in forms:
             contenders[f"modformer {name}{suffix}"] = (build_model(built, seed=0), lambda out: out, compile_it)
             flops[f"modformer {name}{suffix}"] = flops_per_token(built, seq_len)[0]
