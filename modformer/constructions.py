@@ -66,11 +66,18 @@ def _name(data: dict[str, Any]) -> Any:
     return model.get("construction", "corrected") if isinstance(model, dict) else "corrected"
 
 
-def apply_construction(data: dict[str, Any], saved: bool = False) -> dict[str, Any]:
-    """Read what older configs wrote (`LEGACY`), then fill in the named construction's values
-    for every key `data` (raw config data) does not set. In place; returns `data`."""
+def read_older(data: dict[str, Any], saved: bool = False) -> dict[str, Any]:
+    """Read what older configs wrote (`LEGACY`: keys since moved, values since made explicit),
+    in place; `saved`: the data is a run's own record. Returns `data`."""
     for read in LEGACY:
         read(data, saved)
+    return data
+
+
+def apply_construction(data: dict[str, Any], saved: bool = False) -> dict[str, Any]:
+    """Read what older configs wrote (`read_older`), then fill in the named construction's
+    values for every key `data` (raw config data) does not set. In place; returns `data`."""
+    read_older(data, saved)
     name = _name(data)
     if not isinstance(name, str):
         raise ConfigError(f"model.construction: expected the name of a construction, got {name!r}")

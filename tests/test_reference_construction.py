@@ -521,3 +521,18 @@ def test_the_hf_warm_up_truncates_a_fractional_four_percent():
     steps = [12_525, 12_537, 12_538, 12_549, 12_550, 40_010]
     assert [hf_warmup({"train": {"steps": n}}) for n in steps] == [501, 501, 501, 501, 502, 1600]
     assert filled("standard", "trainer.py", steps=12_549)["train.warmup_steps"] == 501  # what the switch fills in
+
+
+def test_a_retrieval_config_with_no_train_keys_trains_as_depth_py():
+    """No train section at all: depth.py's optimizer, the task file's warm-up and batch."""
+    train = config_from_dict({"model": {"construction": "reference"}, "task": {"name": "condattend"}}).train
+    assert (train.lr, train.warmup_steps, train.batch_size, train.weight_decay, train.schedule, train.min_lr_ratio,
+            train.betas, train.grad_clip) == (1e-2, 500, 1000, 1e-3, "cosine", 0.0, (0.9, 0.999), 1.0)
+
+
+def test_the_committed_reports_name_every_departure_from_the_reference_script():
+    """The long retrieval runs trained at lr 3e-3, warm-up 20, batch 256: their report says so."""
+    report = (Path(__file__).parents[1] / "results" / "random_attention" / "retrieval_budget" / "report.md").read_text()
+    assert "| mixit | reference (depth.py) except model.mixing.extra_positions=0, lr 0.003, warm-up 20, batch 256 |" \
+        in report
+    assert "(12.8% of depth.py's 1e+08)" in report
