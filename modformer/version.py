@@ -12,16 +12,31 @@ from pathlib import Path
 __version__ = "0.1.0"
 
 
+# Committed records, which a run in a checkout may be adding to: changing them changes no code.
+RECORDS = "results"
+
+
 @functools.lru_cache(maxsize=1)
 def code_version() -> str:
-    """`0.1.0+<git commit>[-dirty]` inside a git checkout, else the package version."""
+    """`0.1.0+<git commit>[-dirty]` inside a git checkout, else the package version. `-dirty`
+    means a tracked file other than the committed records (`results/`) differs from the
+    commit: a sweep that extends a committed results folder changes tracked files there,
+    and the runs it trains are still the commit's code."""
     root = Path(__file__).resolve().parent.parent
     try:
-        out = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=12"], cwd=root,
+        out = subprocess.run(["git", "describe", "--always", "--abbrev=12"], cwd=root,
                              capture_output=True, text=True, timeout=5)
+        commit = out.stdout.strip() if out.returncode == 0 else ""
+        return f"{__version__}+{commit}{'-dirty' if changed_code(root) else ''}" if commit else __version__
     except (OSError, subprocess.SubprocessError):
         return __version__
-    return f"{__version__}+{out.stdout.strip()}" if out.returncode == 0 and out.stdout.strip() else __version__
+
+
+def changed_code(root: Path) -> bool:
+    """Whether a tracked file of the checkout at `root`, outside `RECORDS`, differs from HEAD."""
+    out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                          f":(exclude){RECORDS}"], cwd=root, capture_output=True, text=True, timeout=5)
+    return out.returncode != 0 or bool(out.stdout.strip())
 
 
 @functools.lru_cache(maxsize=1)

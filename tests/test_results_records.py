@@ -70,3 +70,29 @@ def test_every_report_sits_beside_the_versioned_records_it_was_made_from(report)
     folder = report.parent
     versioned = [p for p in folder.glob("*.json") if p.name not in DATA] + list(folder.glob("runs/**/summary.json"))
     assert versioned, f"{rel(report)} has no versioned record beside it (a *.json, or runs/*/summary.json)"
+
+
+def test_a_run_beside_changed_records_is_not_dirty_and_one_beside_changed_code_is(tmp_path):
+    """A sweep that extends a committed results folder changes tracked files under results/;
+    the code that trains is still the commit's, so its runs must not be recorded -dirty (they
+    were, on 2026-12-03, and those records were dropped). A changed code file is dirty."""
+    import subprocess
+
+    from modformer.version import changed_code
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "modformer").mkdir()
+    (tmp_path / "results").mkdir()
+    (tmp_path / "modformer" / "code.py").write_text("x = 1\n")
+    (tmp_path / "results" / "results.jsonl").write_text("{}\n")
+    git("add", ".")
+    git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "one")
+    assert not changed_code(tmp_path)
+    (tmp_path / "results" / "results.jsonl").write_text("{}\n{}\n")
+    (tmp_path / "results" / "new.json").write_text("{}")
+    assert not changed_code(tmp_path)
+    (tmp_path / "modformer" / "code.py").write_text("x = 2\n")
+    assert changed_code(tmp_path)
