@@ -25,7 +25,7 @@ def evaluating(model: nn.Module) -> Iterator[None]:
         model: the model to run in eval mode; every one of its modules' flags is restored.
 
     Yields:
-        Nothing: the block inside the `with` runs in eval mode under `torch.no_grad()`.
+        Nothing; the block inside the `with` runs in eval mode under `torch.no_grad()`.
     """
     modes = [(m, m.training) for m in model.modules()]
     model.eval()

@@ -55,7 +55,7 @@ def induction_scores(model: nn.Module, *, vocab_size: int, half_len: int, batch:
 
     Returns:
         The scores, (n_layers, n_heads) float32 on the CPU: each head's mean attention weight
-        from each position of the second copy to the position after its token's first occurrence.
+            from each position of the second copy to the position after its token's first occurrence.
     """
     if half_len < 1 or batch < 1:
         raise ValueError(f"half_len and batch must be positive, got half_len={half_len}, batch={batch}")
@@ -115,7 +115,7 @@ def attention_patterns(model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
 
     Returns:
         Every layer's attention patterns (n_layers, n_heads, T, T), float32 on the CPU, query
-        positions along dim 2 and key positions along dim 3.
+            positions along dim 2 and key positions along dim 3.
     """
     tokens = torch.as_tensor(tokens)
     if tokens.dim() == 1:

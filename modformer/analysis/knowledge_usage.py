@@ -71,11 +71,11 @@ def entry_usage(model: nn.Module, inputs: torch.Tensor, *, top_k: int = 5, rel_t
 
     Returns:
         The `Usage`: n_E, the number of tokens read, `rel_tol`; per layer its `LayerUsage`
-        (fraction of entries active per token, entries ever active, top-k entries with their
-        share of the mass, and the top-k's total share); `mass` (n_layers, n_E), each entry's
-        mean |score| per layer; `overlap` (n_layers, n_layers), the Jaccard overlap of the
-        layers' top-k sets (None for layers reading different bases); and `per_token`, for each
-        frequent token id, per layer its top-k entries by mean |score|.
+            (fraction of entries active per token, entries ever active, top-k entries with their
+            share of the mass, and the top-k's total share); `mass` (n_layers, n_E), each entry's
+            mean |score| per layer; `overlap` (n_layers, n_layers), the Jaccard overlap of the
+            layers' top-k sets (None for layers reading different bases); and `per_token`, for each
+            frequent token id, per layer its top-k entries by mean |score|.
     """
     if top_k < 1:
         raise ModformerError(f"top_k must be positive, got {top_k}")

@@ -59,7 +59,7 @@ def token_similarity(hidden: torch.Tensor) -> dict[str, float]:
 
     Returns:
         `{"covariance": ..., "cosine": ..., "variance": ...}`, each a float averaged over the
-        batch.
+            batch.
     """
     B, T, d = hidden.shape
     if T < 2:
@@ -130,9 +130,9 @@ def signal_propagation(variants: Sequence[str] = DEFAULT_VARIANTS, depths: Seque
 
     Returns:
         One dict per (variant, depth), variants outer: `variant`, `depth`, `seeds` and, for
-        each measure (covariance, cosine, variance), its seed mean under the measure's name and
-        its population std across seeds as `{measure}_std`; with `all_layers` also
-        `{measure}_by_layer` (seed means for blocks 0..depth-1).
+            each measure (covariance, cosine, variance), its seed mean under the measure's name and
+            its population std across seeds as `{measure}_std`; with `all_layers` also
+            `{measure}_by_layer` (seed means for blocks 0..depth-1).
     """
     variants, depths = list(variants), list(depths)
     _check(variants, depths, seq_len, batch, seeds, vocab_size)
@@ -173,7 +173,7 @@ def markdown_tables(results: list[dict[str, Any]]) -> str:
 
     Returns:
         The tables as Markdown text, separated by blank lines, with a closing line naming the
-        variants whose rows are identical at init, if any.
+            variants whose rows are identical at init, if any.
     """
     variants = list(dict.fromkeys(r["variant"] for r in results))
     depths = sorted({r["depth"] for r in results})

@@ -77,7 +77,7 @@ def offset_visibility(student_offsets: Sequence[Sequence[tuple[int, int]]],
 
     Returns:
         The visibility (B, S), int64 on the CPU: visible[b, i] counts the teacher tokens of row
-        b that end (with every token before them) at or before student token i ends.
+            b that end (with every token before them) at or before student token i ends.
     """
     if len(student_offsets) != len(teacher_offsets):
         raise ValueError(f"{len(student_offsets)} student rows but {len(teacher_offsets)} teacher rows")

@@ -58,7 +58,8 @@ class SharedTokenizer:
     """The teacher's tokenizer (a Hugging Face tokenizer) for both models.
 
     Args:
-        tokenizer: the teacher's Hugging Face tokenizer (called as `tokenizer(text).input_ids`).
+        tokenizer (PreTrainedTokenizerBase): the teacher's Hugging Face tokenizer (called as
+            `tokenizer(text).input_ids`).
     """
 
     shared = True
@@ -82,7 +83,7 @@ class SharedTokenizer:
 
         Returns:
             The `Encoded` text: the same ids for student and teacher, position i seeing the
-            teacher's first i + 1 states, no tails.
+                teacher's first i + 1 states, no tails.
         """
         ids = self.teacher(text).input_ids[:max_tokens]
         return Encoded(ids, ids, list(range(1, len(ids) + 1)))
@@ -102,8 +103,8 @@ class TwoTokenizers:
     offsets are (0, 0), reads the teacher's tokens of the empty text: its own special ones).
 
     Args:
-        student: the student's `tokenizers.Tokenizer`.
-        teacher: the teacher's `tokenizers.Tokenizer`.
+        student (Tokenizer): the student's `tokenizers.Tokenizer`.
+        teacher (Tokenizer): the teacher's `tokenizers.Tokenizer`.
     """
 
     shared = False
@@ -142,7 +143,7 @@ class TwoTokenizers:
 
         Returns:
             The `Encoded` (cut) text: student ids, the whole text's teacher ids, and per
-            student position its visible teacher prefix and its tail.
+                student position its visible teacher prefix and its tail.
         """
         s = self.student.encode(text)
         if len(s.ids) > max_tokens:
@@ -165,7 +166,7 @@ class TwoTokenizers:
 
         Returns:
             The `Encoded` grown text: student ids `prompt_ids + new_ids` as given, the
-            teacher's ids of the whole grown text, and each position's visible prefix and tail.
+                teacher's ids of the whole grown text, and each position's visible prefix and tail.
         """
         prompt_ends = [end for _, end in self.student.encode(prompt).offsets]
         if len(prompt_ends) != len(prompt_ids):
@@ -189,7 +190,7 @@ def key_mask(rows: list[Encoded], leaky: bool = False) -> torch.Tensor:
 
     Returns:
         The mask (B, S, K) bool, S the longest row's student length and K its largest number
-        of keys (`Encoded.keys`).
+            of keys (`Encoded.keys`).
     """
     widths = [e.keys for e in rows]
     mask = torch.zeros(len(rows), max(len(e.student) for e in rows), max(widths), dtype=torch.bool)

@@ -98,10 +98,10 @@ def convert(source: str | Path, to: str, out: str | Path, *, threshold: str = "l
 
     Returns:
         What was done: `source`, `to`, `out`, `max_logit_difference` (before against after, or
-        against the reloaded Hugging Face folder), `parameters_before` and `parameters_after`;
-        with `hf` also `tokenizer` (the files copied, or None); when approximate also
-        `layer_errors` (per layer, `unfold_approximate`'s errors) and, when the source config
-        has a task, `task_before` and `task_after` (validation `loss` and `accuracy`).
+            against the reloaded Hugging Face folder), `parameters_before` and `parameters_after`;
+            with `hf` also `tokenizer` (the files copied, or None); when approximate also
+            `layer_errors` (per layer, `unfold_approximate`'s errors) and, when the source config
+            has a task, `task_before` and `task_after` (validation `loss` and `accuracy`).
     """
     if to not in TARGETS:
         raise ModformerError(f"--to must be one of {', '.join(TARGETS)}, got '{to}'")

@@ -117,7 +117,7 @@ def answered(model: nn.Module, requests: list[Request], *, batch_size: int = 64)
 
     Returns:
         A bool tensor (N,) on the CPU: True where every answer token is the argmax of the
-        logits at the position before it (empty when there are no requests).
+            logits at the position before it (empty when there are no requests).
     """
     out = []
     with torch.no_grad():
@@ -142,8 +142,8 @@ def edit(model: nn.Module, requests: list[Request], patterns: list[str], cfg: Ed
 
     Returns:
         An `EditResult`: `steps` taken, whether every request is `answered` at the end, the
-        mean answer cross-entropy before each step (`losses`), the names of the trained
-        `parameters`, and how many of their scalars `changed`.
+            mean answer cross-entropy before each step (`losses`), the names of the trained
+            `parameters`, and how many of their scalars `changed`.
     """
     cfg = cfg or EditConfig()
     if not requests:

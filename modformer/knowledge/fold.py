@@ -52,8 +52,8 @@ def fold(layer: KnowledgeFFN) -> nn.Module:
 
     Returns:
         A new FFN (d_model -> n_E hidden units -> d_model) whose up (and gate) projection is
-        (E W_K^T) W_Q / sqrt(d_k) with bias b1(E) and whose down projection is (E W_V^T)^T with
-        bias b2; it maps (B, T, d_model) to (B, T, d_model) as `layer` does.
+            (E W_K^T) W_Q / sqrt(d_k) with bias b1(E) and whose down projection is (E W_V^T)^T with
+            bias b2; it maps (B, T, d_model) to (B, T, d_model) as `layer` does.
     """
     if any(isinstance(getattr(layer, r), TokenThresholdRead) for r in layer.reads):
         raise ModformerError("a knowledge layer with a per-token threshold (model.knowledge.threshold=token) "
@@ -218,8 +218,8 @@ def unfold(ffns: list[nn.Module], *, threshold: str = "linear",
 
     Returns:
         `(base, layers)`: the shared `KnowledgeBase` with E = I (d_ff, d_ff), and one
-        `KnowledgeFFN` per FFN, in order, reading that base; each maps (B, T, d_model) to
-        (B, T, d_model) as its FFN does.
+            `KnowledgeFFN` per FFN, in order, reading that base; each maps (B, T, d_model) to
+            (B, T, d_model) as its FFN does.
     """
     parts = [_parts(f) for f in ffns]
     n = _check_widths(parts)
@@ -272,8 +272,8 @@ def unfold_approximate(ffns: list[nn.Module], n_entries: int | None = None, d_en
 
     Returns:
         `(base, layers, errors)`: the shared `KnowledgeBase` E (n_E, d_E); one `KnowledgeFFN`
-        per FFN, in order, reading it, in the first FFN's dtype and device; and per layer a
-        dict of relative errors with keys `W1`, `W2`, `b1` and `output`.
+            per FFN, in order, reading it, in the first FFN's dtype and device; and per layer a
+            dict of relative errors with keys `W1`, `W2`, `b1` and `output`.
     """
     parts = [_parts(f) for f in ffns]
     n = _check_widths(parts)
@@ -343,7 +343,7 @@ def fold_model(model: Transformer) -> Transformer:
 
     Returns:
         The folded copy: a `Transformer` with no `knowledge` submodule, each `KnowledgeFFN`
-        replaced by the FFN `fold` gives (other blocks' FFNs copied as they are).
+            replaced by the FFN `fold` gives (other blocks' FFNs copied as they are).
     """
     out = copy.deepcopy(model)
     for block in out.blocks:
@@ -366,7 +366,7 @@ def unfold_model(model: Transformer, *, threshold: str = "linear", threshold_hid
 
     Returns:
         The unfolded copy: a `Transformer` whose block FFNs are `KnowledgeFFN`s over one base
-        E = I (d_ff, d_ff), registered as the submodule `knowledge`; same logits up to rounding.
+            E = I (d_ff, d_ff), registered as the submodule `knowledge`; same logits up to rounding.
     """
     if hasattr(model, "knowledge"):
         raise ModformerError("the model already has a knowledge base (fold it first)")
@@ -393,8 +393,8 @@ def unfold_model_approximate(model: Transformer, n_entries: int | None, d_entry:
 
     Returns:
         `(model, errors)`: the unfolded copy, its block FFNs `KnowledgeFFN`s over one base
-        E (n_E, d_E) registered as `knowledge`; and per layer the dict of relative errors
-        (`W1`, `W2`, `b1`, `output`) that `unfold_approximate` returns.
+            E (n_E, d_E) registered as `knowledge`; and per layer the dict of relative errors
+            (`W1`, `W2`, `b1`, `output`) that `unfold_approximate` returns.
     """
     if hasattr(model, "knowledge"):
         raise ModformerError("the model already has a knowledge base (fold it first)")
@@ -415,7 +415,7 @@ def folded_config(cfg: ModelConfig) -> ModelConfig:
 
     Returns:
         A copy of `cfg` with variant `standard`, `ffn` the knowledge activation, `ffn_bias`
-        true, `d_ff` the number of entries n_E, and a default `knowledge` section.
+            true, `d_ff` the number of entries n_E, and a default `knowledge` section.
     """
     n_entries, _, _ = cfg.knowledge.sizes(cfg.d_model, cfg.ffn_dim)
     return replace(cfg, variant="standard", ffn=cfg.knowledge.activation, ffn_bias=True, d_ff=n_entries,
@@ -436,7 +436,7 @@ def unfolded_config(cfg: ModelConfig, *, threshold: str = "linear", threshold_hi
 
     Returns:
         A copy of `cfg` with variant `knowledge` and a `knowledge` section of those sizes,
-        d_key = min(d_model, d_E) and activation `cfg.ffn`.
+            d_key = min(d_model, d_E) and activation `cfg.ffn`.
     """
     if cfg.ffn not in ("relu", "gelu", "silu", "swiglu"):
         raise ModformerError(f"model.ffn={cfg.ffn} has no knowledge form (relu, gelu, silu or swiglu)")

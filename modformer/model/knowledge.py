@@ -314,7 +314,7 @@ class KnowledgeFFN(nn.Module):
 
         Returns:
             S (E W_V) + b2, (B, T, d_model), with S = act(scores) (B, T, n_E) passed through the
-            hook point `scores`.
+                hook point `scores`.
         """
         entries = self.base.entries  # read at call time, so a reloaded or moved E is seen
         s = self.scores(_ACTIVATIONS[self.activation](*(getattr(self, r)(h, entries) for r in self.reads)))
