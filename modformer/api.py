@@ -120,7 +120,7 @@ def evaluate_run(path: str | Path, *overrides: str) -> dict[str, Any]:
 
     Returns:
         `{"variant", "model", "task", "seed", "step", "parameters", "test"}`, with the meanings
-        of `train_run`'s summary keys of those names.
+            of `train_run`'s summary keys of those names.
     """
     for assignment in overrides:  # what eval does not read is refused, not ignored
         key = assignment.partition("=")[0]
@@ -161,7 +161,7 @@ def sweep(config_path: str | Path, out: str | Path, *overrides: str, workers: in
 
     Returns:
         The path of the sweep's Markdown report (report.md in `out`); None where launcher slurm
-        submitted the runs without `wait` (call again to gather them once they are done).
+            submitted the runs without `wait` (call again to gather them once they are done).
     """
     spec = load_sweep(config_path, overrides, profiles)
     if workers is not None:

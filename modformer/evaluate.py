@@ -100,7 +100,7 @@ def load_run(path: str | Path, overrides: Sequence[str] = ()) -> tuple[nn.Module
 
     Returns:
         `(model, cfg, task, step)`: the model with the checkpoint's weights, the run's config,
-        its task (built from `cfg.task`), and the step the checkpoint was saved at.
+            its task (built from `cfg.task`), and the step the checkpoint was saved at.
     """
     model, data, step = load_checkpoint_model(path, overrides)
     cfg = config_from_dict(data)

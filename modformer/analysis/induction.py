@@ -44,6 +44,18 @@ def induction_scores(model: nn.Module, *, vocab_size: int, half_len: int, batch:
     points that yield (B, H, T, T). Tokens are drawn from [0, vocab_size) with `generator`
     only (the global RNG is untouched). The model runs in eval mode without gradients; each
     module's training flag is restored afterwards.
+
+    Args:
+        model: the model scored, with a `blocks.{i}.mixer.pattern` hook point in every block.
+        vocab_size: token ids are drawn from [0, vocab_size); at most the model's `vocab_size`.
+        half_len: length L of each copy; the model reads (batch, 2L) tokens, within its
+            `max_seq_len`.
+        batch: number of random sequences B.
+        generator: the only source of the random tokens.
+
+    Returns:
+        The scores, (n_layers, n_heads) float32 on the CPU: each head's mean attention weight
+            from each position of the second copy to the position after its token's first occurrence.
     """
     if half_len < 1 or batch < 1:
         raise ValueError(f"half_len and batch must be positive, got half_len={half_len}, batch={batch}")
@@ -68,7 +80,17 @@ def induction_scores(model: nn.Module, *, vocab_size: int, half_len: int, batch:
 def check_induction_scores(model: nn.Module, *, vocab_size: int, half_len: int, key: str) -> None:
     """Score the model once on one short sequence, so that a model that cannot be scored (a
     mixer without a `pattern` hook point of shape (B, H, T, T), a sequence too short) is one
-    ConfigError naming `key` before training, not a failure at the first evaluation."""
+    ConfigError naming `key` before training, not a failure at the first evaluation.
+
+    Args:
+        model: the model to check, as `induction_scores` takes it.
+        vocab_size: token ids are drawn from [0, vocab_size).
+        half_len: length L of each copy of the scored sequence.
+        key: the config key that asked for the scores, named in the error.
+
+    Raises:
+        ConfigError: a block's mixer has no `pattern` hook point, or scoring fails.
+    """
     points = set(hook_names(model))
     lacking = [i for i in range(len(getattr(model, "blocks", ()))) if f"blocks.{i}.mixer.pattern" not in points]
     if lacking:
@@ -84,7 +106,17 @@ def check_induction_scores(model: nn.Module, *, vocab_size: int, half_len: int, 
 
 
 def attention_patterns(model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
-    """tokens (T,) or (1, T) -> patterns (n_layers, n_heads, T, T) float32 on the CPU."""
+    """tokens (T,) or (1, T) -> patterns (n_layers, n_heads, T, T) float32 on the CPU.
+
+    Args:
+        model: a model with a `blocks.{i}.mixer.pattern` hook point in every block; it runs in
+            eval mode without gradients.
+        tokens: one sequence of token ids, (T,) or (1, T).
+
+    Returns:
+        Every layer's attention patterns (n_layers, n_heads, T, T), float32 on the CPU, query
+            positions along dim 2 and key positions along dim 3.
+    """
     tokens = torch.as_tensor(tokens)
     if tokens.dim() == 1:
         tokens = tokens.unsqueeze(0)
@@ -101,6 +133,15 @@ def plot_attention_maps(model: nn.Module, tokens: torch.Tensor, path: str | Path
     tokens: (T,) or (1, T). All panels share one colour scale, so heads compare directly;
     it spans [0, 1] for softmax attention and widens for mixing matrices with entries
     outside it. Written atomically; returns the path.
+
+    Args:
+        model: a model with a `blocks.{i}.mixer.pattern` hook point in every block.
+        tokens: one sequence of token ids, (T,) or (1, T).
+        path: the PNG file to write (its folder is created).
+        title: the figure's title; empty: "attention patterns (T=...)".
+
+    Returns:
+        `path`, as a `Path`.
     """
     patterns = attention_patterns(model, tokens)  # (n_layers, n_heads, T, T)
     n_layers, n_heads, T, _ = patterns.shape
@@ -133,6 +174,14 @@ def plot_induction_scores(records: Sequence[tuple[int, torch.Tensor]], path: str
 
     records: (step, scores) pairs, scores (n_layers, n_heads) as a tensor or nested lists
     (as read back from a JSON log); all must have the same shape. Written atomically.
+
+    Args:
+        records: (step, scores) pairs, at least one, in any order (plotted by step).
+        path: the PNG file to write (its folder is created).
+        title: the figure's title.
+
+    Returns:
+        `path`, as a `Path`.
     """
     if not records:
         raise ValueError("plot_induction_scores needs at least one (step, scores) record")

@@ -57,6 +57,25 @@ def entry_usage(model: nn.Module, inputs: torch.Tensor, *, top_k: int = 5, rel_t
     """Usage of the shared base by every knowledge layer on `inputs` (N, T) token ids.
 
     `per_token` covers the `frequent_tokens` most frequent ids in `inputs`.
+
+    Args:
+        model: a knowledge-variant model (at least one `KnowledgeFFN`), each knowledge layer
+            writing its scores (B, T, n_E) to the hook point `blocks.{i}.ffn.scores`; it runs
+            in eval mode without gradients.
+        inputs: the token ids read, (N, T), N >= 1.
+        top_k: how many entries of largest mass each layer's top set holds (at most n_E).
+        rel_tol: an entry is active for a token when its |score| exceeds `rel_tol` times the
+            layer's largest |score| over all of `inputs`.
+        batch_size: rows of `inputs` per forward pass.
+        frequent_tokens: how many of the most frequent token ids `per_token` covers.
+
+    Returns:
+        The `Usage`: n_E, the number of tokens read, `rel_tol`; per layer its `LayerUsage`
+            (fraction of entries active per token, entries ever active, top-k entries with their
+            share of the mass, and the top-k's total share); `mass` (n_layers, n_E), each entry's
+            mean |score| per layer; `overlap` (n_layers, n_layers), the Jaccard overlap of the
+            layers' top-k sets (None for layers reading different bases); and `per_token`, for each
+            frequent token id, per layer its top-k entries by mean |score|.
     """
     if top_k < 1:
         raise ModformerError(f"top_k must be positive, got {top_k}")
@@ -136,7 +155,17 @@ def plot(usage: Usage, path: Path) -> None:
 
 def write_usage(usage: Usage, out: Path, source: str | Path | None = None) -> Path:
     """usage.json, usage.md and usage.png in `out`, each saying what made it (the run read,
-    modformer's code version and the machine)."""
+    modformer's code version and the machine).
+
+    Args:
+        usage: what `entry_usage` measured.
+        out: the folder to write to (made if missing).
+        source: the run directory or checkpoint the usage was measured on, named in the
+            files; None: not named.
+
+    Returns:
+        The path of usage.md, `out / "usage.md"`.
+    """
     out = output_folder(out)
     made = {"source": None if source is None else str(source), "code_version": code_version(), "machine": machine()}
     atomic_write_text(out / "usage.json", json.dumps({**made, **asdict(usage)}, indent=1))

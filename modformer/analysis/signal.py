@@ -52,7 +52,15 @@ DESCRIPTIONS = {"covariance": "mean off-diagonal token covariance", "cosine": "m
 def token_similarity(hidden: torch.Tensor) -> dict[str, float]:
     """hidden (B, T, d) -> {"covariance", "cosine", "variance"}: batch means of the mean
     off-diagonal covariance and cosine and the mean diagonal covariance, as defined in the
-    module docstring; computed in float64. Needs T >= 2."""
+    module docstring; computed in float64. Needs T >= 2.
+
+    Args:
+        hidden: hidden states (B, T, d), T >= 2.
+
+    Returns:
+        `{"covariance": ..., "cosine": ..., "variance": ...}`, each a float averaged over the
+            batch.
+    """
     B, T, d = hidden.shape
     if T < 2:
         raise ValueError("token similarity needs at least two positions")
@@ -105,11 +113,26 @@ def signal_propagation(variants: Sequence[str] = DEFAULT_VARIANTS, depths: Seque
     """Token covariance and cosine after the last block, at init, per variant and depth.
 
     Seed s (0..seeds-1) fixes both the model (`build_model(cfg, s)`) and its input tokens
-    (batch, seq_len), so every variant sees the same tokens. model_options: further
-    ModelConfig keys as nested plain data (e.g. {"residual_scale": 0.7071}).
-    Returns one dict per (variant, depth): variant, depth, seeds and, for each measure
-    (covariance, cosine, variance), its seed mean and `{measure}_std`; with all_layers also
-    `{measure}_by_layer` (seed means for blocks 0..depth-1).
+    (batch, seq_len), so every variant sees the same tokens.
+
+    Args:
+        variants: registered variant names, one model per variant and depth.
+        depths: numbers of blocks (positive integers).
+        width: the models' d_model.
+        heads: the models' number of heads.
+        vocab_size: the models' vocabulary; tokens are drawn from [0, vocab_size).
+        seq_len: tokens per sequence T (at least 2), also the models' max_seq_len.
+        batch: sequences B per model.
+        seeds: how many seeds (0..seeds-1) to average over.
+        all_layers: also measure after every block, not only the last.
+        model_options: further ModelConfig keys as nested plain data (e.g.
+            {"residual_scale": 0.7071}); `variant` and `n_layers` are set here and refused there.
+
+    Returns:
+        One dict per (variant, depth), variants outer: `variant`, `depth`, `seeds` and, for
+            each measure (covariance, cosine, variance), its seed mean under the measure's name and
+            its population std across seeds as `{measure}_std`; with `all_layers` also
+            `{measure}_by_layer` (seed means for blocks 0..depth-1).
     """
     variants, depths = list(variants), list(depths)
     _check(variants, depths, seq_len, batch, seeds, vocab_size)
@@ -143,7 +166,15 @@ def signal_propagation(variants: Sequence[str] = DEFAULT_VARIANTS, depths: Seque
 
 
 def markdown_tables(results: list[dict[str, Any]]) -> str:
-    """One Markdown table per measure: variants as rows, depths as columns, 'mean ± std'."""
+    """One Markdown table per measure: variants as rows, depths as columns, 'mean ± std'.
+
+    Args:
+        results: the records `signal_propagation` returns.
+
+    Returns:
+        The tables as Markdown text, separated by blank lines, with a closing line naming the
+            variants whose rows are identical at init, if any.
+    """
     variants = list(dict.fromkeys(r["variant"] for r in results))
     depths = sorted({r["depth"] for r in results})
     cell = {(r["variant"], r["depth"]): r for r in results}
@@ -173,7 +204,16 @@ def markdown_tables(results: list[dict[str, Any]]) -> str:
 
 def plot_signal(results: list[dict[str, Any]], path: str | Path, title: str = "") -> Path:
     """Each measure against depth (log2 x), one line per variant with ±std bars; one panel
-    per measure. Written atomically; returns the path."""
+    per measure. Written atomically; returns the path.
+
+    Args:
+        results: the records `signal_propagation` returns.
+        path: the PNG file to write (its folder is created).
+        title: the figure's title; empty: a default one.
+
+    Returns:
+        `path`, as a `Path`.
+    """
     fig, axes = plt.subplots(1, len(MEASURES), figsize=(4.6 * len(MEASURES), 3.8))
     for ax, measure in zip(axes, MEASURES):
         for k, variant in enumerate(dict.fromkeys(r["variant"] for r in results)):
@@ -195,7 +235,17 @@ def plot_signal(results: list[dict[str, Any]], path: str | Path, title: str = ""
 
 def write_reports(results: list[dict[str, Any]], out: str | Path, settings: dict[str, Any]) -> dict[str, Path]:
     """signal.json (settings and results), signal.md (tables) and signal.png under `out`,
-    each written atomically."""
+    each written atomically.
+
+    Args:
+        results: the records `signal_propagation` returns.
+        out: the folder to write to (made if missing).
+        settings: what the run was asked for, written into signal.json; its `code_version`
+            and `machine` are also named in signal.md.
+
+    Returns:
+        The paths written, under the keys `json`, `markdown` and `plot`.
+    """
     out = output_folder(out)
     paths = {"json": out / "signal.json", "markdown": out / "signal.md", "plot": out / "signal.png"}
     atomic_write_text(paths["json"], json.dumps({"settings": settings, "results": results}, indent=2) + "\n")
@@ -232,7 +282,14 @@ def _run_command(args: argparse.Namespace) -> int:
 
 
 def add_signal_command(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Add `modformer signal` to the CLI's subparsers; its handler is set as `func`."""
+    """Add `modformer signal` to the CLI's subparsers; its handler is set as `func`.
+
+    Args:
+        subparsers: the `add_subparsers()` object of the `modformer` parser.
+
+    Returns:
+        The `signal` subparser.
+    """
     p = subparsers.add_parser(
         "signal", help="signal propagation at init: token covariance and cosine across depth",
         description="Build each variant at init for each depth, feed random tokens and report the mean "

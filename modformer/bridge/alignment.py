@@ -36,13 +36,29 @@ import torch
 
 
 def causal_visibility(student_len: int, teacher_lengths: torch.Tensor) -> torch.Tensor:
-    """Shared tokenizer: (B,) teacher lengths -> (B, S) with visible[b, i] = min(i + 1, length_b)."""
+    """Shared tokenizer: (B,) teacher lengths -> (B, S) with visible[b, i] = min(i + 1, length_b).
+
+    Args:
+        student_len: the student's sequence length S.
+        teacher_lengths: each row's number of real (non-padding) teacher states, (B,).
+
+    Returns:
+        The visibility (B, S), int64, on `teacher_lengths`' device.
+    """
     positions = torch.arange(1, student_len + 1, device=teacher_lengths.device)
     return torch.minimum(positions[None, :], teacher_lengths[:, None]).long()
 
 
 def leaky_visibility(student_len: int, teacher_lengths: torch.Tensor) -> torch.Tensor:
-    """The reference's bridge: every position sees all of the teacher's (non-padding) states."""
+    """The reference's bridge: every position sees all of the teacher's (non-padding) states.
+
+    Args:
+        student_len: the student's sequence length S.
+        teacher_lengths: each row's number of real (non-padding) teacher states, (B,).
+
+    Returns:
+        The visibility (B, S), int64, visible[b, i] = length_b for every position i.
+    """
     return teacher_lengths[:, None].expand(-1, student_len).long().clone()
 
 
@@ -50,7 +66,19 @@ def offset_visibility(student_offsets: Sequence[Sequence[tuple[int, int]]],
                       teacher_offsets: Sequence[Sequence[tuple[int, int]]], student_len: int) -> torch.Tensor:
     """Two tokenizers over the same texts: per row, (start, end) character offsets of each
     student and teacher token -> (B, student_len) visibility (positions past a row's tokens
-    get that row's full count; they are padding and their outputs are not used)."""
+    get that row's full count; they are padding and their outputs are not used).
+
+    Args:
+        student_offsets: per row, the (start, end) character offsets of each student token
+            (at most `student_len` of them).
+        teacher_offsets: per row, the (start, end) character offsets of each teacher token of
+            the same text; special tokens report (0, 0).
+        student_len: the student's (padded) sequence length S.
+
+    Returns:
+        The visibility (B, S), int64 on the CPU: visible[b, i] counts the teacher tokens of row
+            b that end (with every token before them) at or before student token i ends.
+    """
     if len(student_offsets) != len(teacher_offsets):
         raise ValueError(f"{len(student_offsets)} student rows but {len(teacher_offsets)} teacher rows")
     out = torch.zeros(len(student_offsets), student_len, dtype=torch.long)

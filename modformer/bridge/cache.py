@@ -38,7 +38,19 @@ CACHE_FILES = {"index.json", "states.npy"}
 
 def fingerprint(teacher_name: str, layer: int, dtype: str, rows: Sequence[torch.Tensor],
                 keep: Sequence[int | None] | None = None, precision: str = "fp32") -> str:
-    """The cache key; `precision` is the teacher forward's, resolved (fp32 or bf16)."""
+    """The cache key; `precision` is the teacher forward's, resolved (fp32 or bf16).
+
+    Args:
+        teacher_name: the teacher's name (e.g. its Hugging Face id).
+        layer: the teacher layer whose states are cached.
+        dtype: the stored dtype, `float32` or `bf16`.
+        rows: every row's token ids, 1-d tensors, in order.
+        keep: per row, how many trailing states are stored (None: all), or None for all rows.
+        precision: the teacher forward's precision as resolved on this machine (fp32 or bf16).
+
+    Returns:
+        32 hex digits of a SHA-256 over all of these.
+    """
     h = hashlib.sha256(f"{teacher_name}|{layer}|{dtype}|{precision}|{len(rows)}".encode())
     for row in rows:
         h.update(np.asarray(row.cpu(), dtype=np.int64).tobytes())

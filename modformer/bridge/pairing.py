@@ -55,7 +55,12 @@ class Encoded:
 
 
 class SharedTokenizer:
-    """The teacher's tokenizer (a Hugging Face tokenizer) for both models."""
+    """The teacher's tokenizer (a Hugging Face tokenizer) for both models.
+
+    Args:
+        tokenizer (PreTrainedTokenizerBase): the teacher's Hugging Face tokenizer (called as
+            `tokenizer(text).input_ids`).
+    """
 
     shared = True
 
@@ -70,7 +75,16 @@ class SharedTokenizer:
         return self.teacher(text).input_ids
 
     def cut(self, text: str, max_tokens: int) -> Encoded:
-        """The text's first `max_tokens` tokens."""
+        """The text's first `max_tokens` tokens.
+
+        Args:
+            text: the text to tokenize.
+            max_tokens: the most tokens kept.
+
+        Returns:
+            The `Encoded` text: the same ids for student and teacher, position i seeing the
+                teacher's first i + 1 states, no tails.
+        """
         ids = self.teacher(text).input_ids[:max_tokens]
         return Encoded(ids, ids, list(range(1, len(ids) + 1)))
 
@@ -86,7 +100,12 @@ class TwoTokenizers:
     """The student's own tokenizer beside the teacher's, aligned exactly (see above). Both are
     `tokenizers.Tokenizer` objects (a Hugging Face fast tokenizer's `backend_tokenizer`);
     each adds the special tokens it was made with (a student's leading special token, whose
-    offsets are (0, 0), reads the teacher's tokens of the empty text: its own special ones)."""
+    offsets are (0, 0), reads the teacher's tokens of the empty text: its own special ones).
+
+    Args:
+        student (Tokenizer): the student's `tokenizers.Tokenizer`.
+        teacher (Tokenizer): the teacher's `tokenizers.Tokenizer`.
+    """
 
     shared = False
 
@@ -116,7 +135,16 @@ class TwoTokenizers:
         return list(self.student.encode(text).ids)
 
     def cut(self, text: str, max_tokens: int) -> Encoded:
-        """The text up to the end of its `max_tokens`-th student token."""
+        """The text up to the end of its `max_tokens`-th student token.
+
+        Args:
+            text: the text to tokenize.
+            max_tokens: the most student tokens kept; the text is cut after the last of them.
+
+        Returns:
+            The `Encoded` (cut) text: student ids, the whole text's teacher ids, and per
+                student position its visible teacher prefix and its tail.
+        """
         s = self.student.encode(text)
         if len(s.ids) > max_tokens:
             text = text[:max(end for _, end in s.offsets[:max_tokens])]
@@ -129,7 +157,17 @@ class TwoTokenizers:
         """The prompt (tokenized as `prompt_ids`) followed by generated student tokens: the
         teacher tokenizes the whole text again; generated token k ends where the text of the
         first k + 1 of them ends. That text is decoded after the prompt's tokens, since some
-        decoders (SentencePiece's) drop a leading space of a sequence decoded alone."""
+        decoders (SentencePiece's) drop a leading space of a sequence decoded alone.
+
+        Args:
+            prompt: the prompt's text.
+            prompt_ids: the student tokenizer's ids of `prompt` (its own split, else `ValueError`).
+            new_ids: the student tokens generated after the prompt.
+
+        Returns:
+            The `Encoded` grown text: student ids `prompt_ids + new_ids` as given, the
+                teacher's ids of the whole grown text, and each position's visible prefix and tail.
+        """
         prompt_ends = [end for _, end in self.student.encode(prompt).offsets]
         if len(prompt_ends) != len(prompt_ids):
             raise ValueError("the prompt ids are not the student tokenizer's split of the prompt")
@@ -144,7 +182,16 @@ def key_mask(rows: list[Encoded], leaky: bool = False) -> torch.Tensor:
     """(B, S, K) bool: which of its row's keys (the whole text's teacher states, then every
     position's tail, `Encoded.tail_prefixes` order) each student position reads; padding
     positions read nothing. `leaky`: the reference's bridge, every position reads every
-    state of the whole text (tails unused)."""
+    state of the whole text (tails unused).
+
+    Args:
+        rows: the batch's encoded texts, B of them.
+        leaky: every position reads every state of its row's whole text.
+
+    Returns:
+        The mask (B, S, K) bool, S the longest row's student length and K its largest number
+            of keys (`Encoded.keys`).
+    """
     widths = [e.keys for e in rows]
     mask = torch.zeros(len(rows), max(len(e.student) for e in rows), max(widths), dtype=torch.bool)
     for b, e in enumerate(rows):
@@ -164,7 +211,16 @@ def gather_keys(rows: list[Encoded], whole: torch.Tensor,
                 tails: Callable[[int], list[torch.Tensor]]) -> torch.Tensor:
     """The keys of each row in the layout `key_mask` reads, zero-padded: (*, B, K, d) from
     `whole` (*, B, U, d), the states of each row's whole text, and `tails(b)`, the states
-    of row b's tails in `Encoded.tail_prefixes` order, (*, n, d) each (* may be a layer axis)."""
+    of row b's tails in `Encoded.tail_prefixes` order, (*, n, d) each (* may be a layer axis).
+
+    Args:
+        rows: the batch's encoded texts, B of them.
+        whole: the teacher states of each row's whole text, (*, B, U, d), U the longest.
+        tails: row index b -> the states of row b's tails, one (*, n, d) tensor per tail.
+
+    Returns:
+        The keys (*, B, K, d), K the largest `Encoded.keys` of the rows, zero-padded.
+    """
     out = whole.new_zeros(*whole.shape[:-3], len(rows), max(e.keys for e in rows), whole.shape[-1])
     for b, e in enumerate(rows):
         keys = torch.cat([whole[..., b, :len(e.teacher), :], *tails(b)], dim=-2)
@@ -173,7 +229,15 @@ def gather_keys(rows: list[Encoded], whole: torch.Tensor,
 
 
 def as_tensor(rows: list[list[int]], fill: int = 0) -> torch.Tensor:
-    """Right-padded (B, max length) int64."""
+    """Right-padded (B, max length) int64.
+
+    Args:
+        rows: B lists of token ids (at least one row).
+        fill: the padding id.
+
+    Returns:
+        The ids (B, max length), int64, each row padded on the right with `fill`.
+    """
     out = torch.full((len(rows), max(len(r) for r in rows)), fill, dtype=torch.long)
     for b, row in enumerate(rows):
         out[b, :len(row)] = torch.tensor(row, dtype=torch.long)

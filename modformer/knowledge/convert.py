@@ -55,7 +55,17 @@ def _load_source(source: Path) -> tuple[Transformer, dict[str, Any], int]:
 
 def max_logit_difference(a: Transformer, b: Transformer, seq_len: int, seed: int = 0) -> float:
     """Largest |logit| difference on 4 random sequences, copies of both models in float64
-    on the CPU (the models themselves are left as they are)."""
+    on the CPU (the models themselves are left as they are).
+
+    Args:
+        a: one model; its `vocab_size` bounds the random token ids.
+        b: the other model, of the same vocabulary.
+        seq_len: length T of each random sequence (4 sequences of shape (4, T)).
+        seed: seed of the generator drawing the tokens.
+
+    Returns:
+        The largest absolute difference between the two models' logits (4, T, vocab_size).
+    """
     gen = torch.Generator().manual_seed(seed)
     tokens = torch.randint(0, a.vocab_size, (4, seq_len), generator=gen)
     a64, b64 = (copy.deepcopy(m).to("cpu", torch.float64).eval() for m in (a, b))
@@ -70,7 +80,29 @@ def convert(source: str | Path, to: str, out: str | Path, *, threshold: str = "l
     with the measured logit difference. `n_entries` / `d_entry` below d_ff make the knowledge
     form approximate (one smaller base for all layers, `unfold_approximate`): the result then
     also holds each layer's relative errors and, for a modformer run's checkpoint, the
-    validation loss and accuracy of its task before and after."""
+    validation loss and accuracy of its task before and after.
+
+    Args:
+        source: a modformer checkpoint file, a run directory (its latest checkpoint), or a
+            local Hugging Face Llama-family folder (one with a config.json). Only standard and
+            knowledge models without scaled projections convert.
+        to: `knowledge` (unfold the FFNs into knowledge layers) or `ffn` (fold them back).
+        out: the checkpoint file to write; with `hf`, a new folder (it must not exist).
+        threshold: the threshold kind of the unfolded layers (`linear`, `mlp` or `none`).
+        hf: write a Hugging Face `LlamaForCausalLM` folder instead of a checkpoint (only with
+            `to="ffn"` and a swiglu model), with the source's tokenizer files copied beside it.
+        n_entries: with `to="knowledge"`, the number of entries n_E of a smaller base
+            (approximate); None: d_ff.
+        d_entry: with `to="knowledge"`, the entry width d_E of a smaller base (approximate);
+            None: n_E.
+
+    Returns:
+        What was done: `source`, `to`, `out`, `max_logit_difference` (before against after, or
+            against the reloaded Hugging Face folder), `parameters_before` and `parameters_after`;
+            with `hf` also `tokenizer` (the files copied, or None); when approximate also
+            `layer_errors` (per layer, `unfold_approximate`'s errors) and, when the source config
+            has a task, `task_before` and `task_after` (validation `loss` and `accuracy`).
+    """
     if to not in TARGETS:
         raise ModformerError(f"--to must be one of {', '.join(TARGETS)}, got '{to}'")
     source, out = Path(source), Path(out)

@@ -29,7 +29,12 @@ from ..freeze import matching_parameters
 
 @dataclass(frozen=True)
 class Request:
-    """A prompt (token ids) and the answer (token ids) it should complete with."""
+    """A prompt (token ids) and the answer (token ids) it should complete with.
+
+    Args:
+        prompt: the prompt's token ids (non-empty).
+        answer: the token ids the prompt should complete with (non-empty).
+    """
 
     prompt: tuple[int, ...]
     answer: tuple[int, ...]
@@ -41,7 +46,12 @@ class Request:
 
 @dataclass(frozen=True)
 class EditCase:
-    """One edited fact: the request (prompt -> new answer) and its paraphrases (-> new answer)."""
+    """One edited fact: the request (prompt -> new answer) and its paraphrases (-> new answer).
+
+    Args:
+        request: the edited prompt and its new answer.
+        paraphrases: other prompts of the same fact, each with the same new answer.
+    """
 
     request: Request
     paraphrases: tuple[Request, ...] = ()
@@ -98,7 +108,17 @@ def _scores(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> 
 
 
 def answered(model: nn.Module, requests: list[Request], *, batch_size: int = 64) -> torch.Tensor:
-    """(N,) bool: does greedy decoding from each prompt start with its answer?"""
+    """(N,) bool: does greedy decoding from each prompt start with its answer?
+
+    Args:
+        model: a causal model mapping token ids (B, T) to logits (B, T, vocab_size).
+        requests: the N requests to check.
+        batch_size: requests per forward pass.
+
+    Returns:
+        A bool tensor (N,) on the CPU: True where every answer token is the argmax of the
+            logits at the position before it (empty when there are no requests).
+    """
     out = []
     with torch.no_grad():
         for start in range(0, len(requests), batch_size):
@@ -111,7 +131,20 @@ def edit(model: nn.Module, requests: list[Request], patterns: list[str], cfg: Ed
     """Train only the parameters matching `patterns` (globs over `named_parameters`) with Adam
     on the answers' cross-entropy until every request is answered (then `extra_steps` more),
     or `cfg.max_steps`. All requests form one batch. The model is edited in place, in eval
-    mode; `requires_grad` flags are restored afterwards."""
+    mode; `requires_grad` flags are restored afterwards.
+
+    Args:
+        model: the model to edit, in place; it maps token ids (B, T) to logits (B, T, vocab_size).
+        requests: the prompts and the answers they should complete with (at least one).
+        patterns: globs over the model's parameter names (e.g. `knowledge.entries`,
+            `blocks.*.ffn.*`); each must match at least one parameter.
+        cfg: learning rate, step limits and scoring batch size; None: `EditConfig()`.
+
+    Returns:
+        An `EditResult`: `steps` taken, whether every request is `answered` at the end, the
+            mean answer cross-entropy before each step (`losses`), the names of the trained
+            `parameters`, and how many of their scalars `changed`.
+    """
     cfg = cfg or EditConfig()
     if not requests:
         raise ModformerError("nothing to edit: no requests")
@@ -160,7 +193,16 @@ def edit(model: nn.Module, requests: list[Request], patterns: list[str], cfg: Ed
 
 
 def perplexity(model: nn.Module, blocks: torch.Tensor, *, batch_size: int = 4) -> float:
-    """exp(mean next-token cross-entropy) over every position of `blocks` (N, T) token ids."""
+    """exp(mean next-token cross-entropy) over every position of `blocks` (N, T) token ids.
+
+    Args:
+        model: a causal model mapping token ids (B, T) to logits (B, T, vocab_size).
+        blocks: held-out token ids (N, T), T >= 2; positions 1..T-1 are predicted.
+        batch_size: blocks per forward pass.
+
+    Returns:
+        The perplexity, exp of the mean cross-entropy over all N (T - 1) predicted tokens.
+    """
     if blocks.ndim != 2 or blocks.shape[1] < 2:
         raise ModformerError(f"perplexity needs (N, T >= 2) token blocks, got shape {tuple(blocks.shape)}")
     total, count = 0.0, 0
@@ -175,20 +217,41 @@ def perplexity(model: nn.Module, blocks: torch.Tensor, *, batch_size: int = 4) -
 
 @dataclass
 class EditMeasures:
-    """The standard editing measures of one model (before or after an edit); fractions in [0, 1]."""
+    """The standard editing measures of one model (before or after an edit); fractions in [0, 1].
 
-    efficacy: float  # edited prompts answered with the new answer
-    generalisation: float  # their paraphrases answered with the new answer
-    specificity: float  # other facts the model knew, still answered correctly
-    unrelated: float  # unrelated prompts whose greedy continuation is unchanged
-    perplexity: float | None  # on held-out text
+    Args:
+        efficacy: share of edited prompts answered with the new answer.
+        generalisation: share of their paraphrases answered with the new answer.
+        specificity: share of other facts the model knew, still answered correctly.
+        unrelated: share of unrelated prompts whose greedy continuation is unchanged.
+        perplexity: perplexity on held-out text, or None when none was given.
+    """
+
+    efficacy: float
+    generalisation: float
+    specificity: float
+    unrelated: float
+    perplexity: float | None
 
 
 def measure(model: nn.Module, cases: list[EditCase], others: list[Request], unrelated: list[Request],
             blocks: torch.Tensor | None = None, *, batch_size: int = 64) -> EditMeasures:
     """The measures of `model`: `cases` carry the NEW answers; `others` the true answers of
     facts not edited; `unrelated` the original model's own greedy continuations of unrelated
-    prompts (so 1.0 means unchanged); `blocks` (N, T) held-out text, or None to skip it."""
+    prompts (so 1.0 means unchanged); `blocks` (N, T) held-out text, or None to skip it.
+
+    Args:
+        model: a causal model mapping token ids (B, T) to logits (B, T, vocab_size).
+        cases: the edited facts, with their NEW answers (efficacy, generalisation).
+        others: facts not edited, with their true answers (specificity).
+        unrelated: unrelated prompts with the original model's own greedy continuations, as
+            `continuations` gives them (unrelated).
+        blocks: held-out token ids (N, T) for the perplexity, or None to skip it.
+        batch_size: requests per forward pass.
+
+    Returns:
+        The `EditMeasures`; a share whose list of requests is empty is NaN.
+    """
 
     def share(requests: list[Request]) -> float:
         return float(answered(model, requests, batch_size=batch_size).float().mean()) if requests else float("nan")
@@ -202,7 +265,16 @@ def measure(model: nn.Module, cases: list[EditCase], others: list[Request], unre
 
 def continuations(model: nn.Module, prompts: list[tuple[int, ...]], tokens: int) -> list[Request]:
     """Each prompt with the model's own greedy continuation of `tokens` tokens, as requests
-    (the `unrelated` set of `measure`)."""
+    (the `unrelated` set of `measure`).
+
+    Args:
+        model: a causal model mapping token ids (B, T) to logits (B, T, vocab_size).
+        prompts: the prompts' token ids.
+        tokens: how many tokens to continue each prompt with, greedily.
+
+    Returns:
+        One `Request` per prompt, in order: the prompt and its `tokens` continuation tokens.
+    """
     out = []
     with torch.no_grad():
         for prompt in prompts:

@@ -44,6 +44,16 @@ def fold(layer: KnowledgeFFN) -> nn.Module:
 
     relu -> ReLUFFN, gelu/silu -> ActivationFFN, swiglu -> SwiGLU, all with biases, on E's
     device and dtype. Exact up to rounding (a different order of the same products).
+
+    Args:
+        layer: the knowledge layer to fold (threshold mlp, linear or none; a per-token
+            threshold, `token`, raises `ModformerError`). Its base's entries E (n_E, d_E) are
+            read as they are now; neither the layer nor E is changed.
+
+    Returns:
+        A new FFN (d_model -> n_E hidden units -> d_model) whose up (and gate) projection is
+            (E W_K^T) W_Q / sqrt(d_k) with bias b1(E) and whose down projection is (E W_V^T)^T with
+            bias b2; it maps (B, T, d_model) to (B, T, d_model) as `layer` does.
     """
     if any(isinstance(getattr(layer, r), TokenThresholdRead) for r in layer.reads):
         raise ModformerError("a knowledge layer with a per-token threshold (model.knowledge.threshold=token) "
@@ -167,7 +177,15 @@ def _layers(entries: torch.Tensor, parts: list[_Parts], coeffs: list[dict[str, t
 
 
 def key_width(d_model: int, d_entry: int) -> int:
-    """d_k of an unfolded layer: min(d_model, d_E)."""
+    """d_k of an unfolded layer: min(d_model, d_E).
+
+    Args:
+        d_model: the FFN's model width d.
+        d_entry: the base's entry width d_E.
+
+    Returns:
+        The query and key width d_k, min(d_model, d_entry).
+    """
     return min(d_model, d_entry)
 
 
@@ -183,13 +201,25 @@ def unfold(ffns: list[nn.Module], *, threshold: str = "linear",
     """Write FFN layers EXACTLY as knowledge layers over ONE shared base.
 
     E = I (n_E = d_E = d_ff), keys E W_K^T = W_up with queries sqrt(d_k) H (d_k = d; when
-    d_ff <= d, W_K = I and W_Q = sqrt(d_k) W_up) and the gate's alike, W_V = W_down, b2 = b_down, and a threshold returning b_up exactly: linear (weights b_up),
+    d_ff <= d, W_K = I and W_Q = sqrt(d_k) W_up) and the gate's alike, W_V = W_down,
+    b2 = b_down, and a threshold returning b_up exactly: linear (weights b_up),
     mlp (gelu(b) - gelu(-b) = b; needs threshold_hidden >= 2) or none (the bias itself).
     Conditions: every module has nn.Linear `up_proj` and `down_proj` (and `gate_proj` when
     gated), all of the same hidden width d_ff (biases optional; d_model may differ); the
     activation is relu, exact gelu or silu, or silu-gated (our ReLUFFN, ActivationFFN,
     SwiGLU; Hugging Face LlamaMLP). Built in float64, returned in the first FFN's dtype and
     device; exact up to that dtype's rounding (fold(layer) gives back the weights).
+
+    Args:
+        ffns: the FFN modules, one per layer, in layer order; they are read, not changed.
+        threshold: the kind of threshold b1(E) of every layer: `linear`, `mlp` or `none`
+            (`token` raises `ModformerError`: no FFN has a per-token threshold).
+        threshold_hidden: hidden width of an `mlp` threshold (at least 2 to be exact).
+
+    Returns:
+        `(base, layers)`: the shared `KnowledgeBase` with E = I (d_ff, d_ff), and one
+            `KnowledgeFFN` per FFN, in order, reading that base; each maps (B, T, d_model) to
+            (B, T, d_model) as its FFN does.
     """
     parts = [_parts(f) for f in ffns]
     n = _check_widths(parts)
@@ -228,6 +258,22 @@ def unfold_approximate(ffns: list[nn.Module], n_entries: int | None = None, d_en
     Errors per layer (relative Frobenius, in float64, against the original with pruned
     units counted as zeros): W1 (up and gate), W2 (down), b1, and output on `n_samples`
     standard normal inputs drawn from a generator seeded with `seed`.
+
+    Args:
+        ffns: the FFN modules, one per layer, in layer order, under the conditions of `unfold`
+            (one hidden width d_ff); they are read, not changed.
+        n_entries: entries n_E kept per layer (the units of largest importance); None: d_ff.
+        d_entry: the base's entry width d_E, the rank of the factorization; None: n_E.
+            Needs 1 <= d_E <= n_E <= d_ff.
+        threshold: the kind of threshold b1(E) of every layer: `linear`, `mlp` or `none`.
+        threshold_hidden: hidden width of an `mlp` threshold (at least 2 to be exact).
+        n_samples: number of random inputs (n_samples, d_model) the output error is measured on.
+        seed: seed of the generator drawing those inputs.
+
+    Returns:
+        `(base, layers, errors)`: the shared `KnowledgeBase` E (n_E, d_E); one `KnowledgeFFN`
+            per FFN, in order, reading it, in the first FFN's dtype and device; and per layer a
+            dict of relative errors with keys `W1`, `W2`, `b1` and `output`.
     """
     parts = [_parts(f) for f in ffns]
     n = _check_widths(parts)
@@ -290,7 +336,15 @@ def _errors(ffn: nn.Module, p: _Parts, keep: torch.Tensor, layer: KnowledgeFFN, 
 def fold_model(model: Transformer) -> Transformer:
     """A copy of `model` with every knowledge layer folded into an ordinary FFN and the base
     removed; attention, norms, embeddings and head are copied unchanged. Same logits up to
-    rounding. New FFN parameters require grad; see `folded_config` for its config."""
+    rounding. New FFN parameters require grad; see `folded_config` for its config.
+
+    Args:
+        model: a model whose knowledge layers read its base `knowledge`; it is not changed.
+
+    Returns:
+        The folded copy: a `Transformer` with no `knowledge` submodule, each `KnowledgeFFN`
+            replaced by the FFN `fold` gives (other blocks' FFNs copied as they are).
+    """
     out = copy.deepcopy(model)
     for block in out.blocks:
         if isinstance(block.ffn, KnowledgeFFN):
@@ -302,7 +356,18 @@ def fold_model(model: Transformer) -> Transformer:
 
 def unfold_model(model: Transformer, *, threshold: str = "linear", threshold_hidden: int = 2) -> Transformer:
     """A copy of `model` whose FFNs are knowledge layers over one base E = I registered as
-    `knowledge` (`unfold`); everything else unchanged. See `unfolded_config` for its config."""
+    `knowledge` (`unfold`); everything else unchanged. See `unfolded_config` for its config.
+
+    Args:
+        model: a model without a knowledge base, whose every block's FFN `unfold` accepts;
+            it is not changed.
+        threshold: the kind of threshold b1(E) of every layer: `linear`, `mlp` or `none`.
+        threshold_hidden: hidden width of an `mlp` threshold (at least 2 to be exact).
+
+    Returns:
+        The unfolded copy: a `Transformer` whose block FFNs are `KnowledgeFFN`s over one base
+            E = I (d_ff, d_ff), registered as the submodule `knowledge`; same logits up to rounding.
+    """
     if hasattr(model, "knowledge"):
         raise ModformerError("the model already has a knowledge base (fold it first)")
     out = copy.deepcopy(model)
@@ -316,7 +381,21 @@ def unfold_model(model: Transformer, *, threshold: str = "linear", threshold_hid
 def unfold_model_approximate(model: Transformer, n_entries: int | None, d_entry: int | None, *,
                              threshold: str = "linear", threshold_hidden: int = 2
                              ) -> tuple[Transformer, list[dict[str, float]]]:
-    """`unfold_model` with a smaller base (`unfold_approximate`): the model and each layer's errors."""
+    """`unfold_model` with a smaller base (`unfold_approximate`): the model and each layer's errors.
+
+    Args:
+        model: a model without a knowledge base, whose every block's FFN `unfold` accepts;
+            it is not changed.
+        n_entries: entries n_E kept per layer; None: the FFNs' width d_ff.
+        d_entry: the base's entry width d_E; None: n_E.
+        threshold: the kind of threshold b1(E) of every layer: `linear`, `mlp` or `none`.
+        threshold_hidden: hidden width of an `mlp` threshold (at least 2 to be exact).
+
+    Returns:
+        `(model, errors)`: the unfolded copy, its block FFNs `KnowledgeFFN`s over one base
+            E (n_E, d_E) registered as `knowledge`; and per layer the dict of relative errors
+            (`W1`, `W2`, `b1`, `output`) that `unfold_approximate` returns.
+    """
     if hasattr(model, "knowledge"):
         raise ModformerError("the model already has a knowledge base (fold it first)")
     out = copy.deepcopy(model)
@@ -329,7 +408,15 @@ def unfold_model_approximate(model: Transformer, n_entries: int | None, d_entry:
 
 
 def folded_config(cfg: ModelConfig) -> ModelConfig:
-    """The config of `fold_model`'s result for a knowledge-variant model of config `cfg`."""
+    """The config of `fold_model`'s result for a knowledge-variant model of config `cfg`.
+
+    Args:
+        cfg: the model config of the knowledge-variant model; it is not changed.
+
+    Returns:
+        A copy of `cfg` with variant `standard`, `ffn` the knowledge activation, `ffn_bias`
+            true, `d_ff` the number of entries n_E, and a default `knowledge` section.
+    """
     n_entries, _, _ = cfg.knowledge.sizes(cfg.d_model, cfg.ffn_dim)
     return replace(cfg, variant="standard", ffn=cfg.knowledge.activation, ffn_bias=True, d_ff=n_entries,
                    knowledge=KnowledgeConfig())
@@ -338,7 +425,19 @@ def folded_config(cfg: ModelConfig) -> ModelConfig:
 def unfolded_config(cfg: ModelConfig, *, threshold: str = "linear", threshold_hidden: int = 2,
                     n_entries: int | None = None, d_entry: int | None = None) -> ModelConfig:
     """The config of `unfold_model`'s result (or `unfold_model_approximate`'s, with the
-    smaller sizes) for a model of config `cfg` (ffn relu, gelu, silu or swiglu)."""
+    smaller sizes) for a model of config `cfg` (ffn relu, gelu, silu or swiglu).
+
+    Args:
+        cfg: the model config of the model unfolded; it is not changed.
+        threshold: the threshold kind the unfolding used.
+        threshold_hidden: the hidden width of an `mlp` threshold the unfolding used.
+        n_entries: the number of entries n_E of an approximate unfolding; None: `cfg`'s d_ff.
+        d_entry: the entry width d_E of an approximate unfolding; None: n_E.
+
+    Returns:
+        A copy of `cfg` with variant `knowledge` and a `knowledge` section of those sizes,
+            d_key = min(d_model, d_E) and activation `cfg.ffn`.
+    """
     if cfg.ffn not in ("relu", "gelu", "silu", "swiglu"):
         raise ModformerError(f"model.ffn={cfg.ffn} has no knowledge form (relu, gelu, silu or swiglu)")
     n = n_entries or cfg.ffn_dim

@@ -60,7 +60,7 @@ def capture(model: nn.Module, *patterns: str) -> Iterator[dict[str, torch.Tensor
 
     Returns:
         A context manager yielding a dict, hook name -> its latest output, filled by the
-        forward passes run inside the block; the hooks are removed when the block ends.
+            forward passes run inside the block; the hooks are removed when the block ends.
     """
     points = {n: m for n, m in model.named_modules() if isinstance(m, HookPoint)}
     chosen = [n for n in points if any(fnmatch.fnmatchcase(n, p) for p in patterns)]

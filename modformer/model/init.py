@@ -20,6 +20,11 @@ def init_weights(model: nn.Module, std: float, generator: torch.Generator) -> No
       `build_model` draws from the run's seed.
 
     Draws come from `generator`, so a seed fixes the model without touching torch's global RNG.
+
+    Args:
+        model: the model whose parameters are set, in place.
+        std: the standard deviation of the normal draws (`model.init_std`).
+        generator: the only source of the draws.
     """
     skip: set[str] = set()
     for name, module in model.named_modules():

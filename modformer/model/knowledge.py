@@ -84,13 +84,26 @@ class KnowledgeConfig:
                               f"in exactly one non-empty group, got {self.groups}")
 
     def sizes(self, d_model: int, d_ff: int) -> tuple[int, int, int]:
-        """(n_E, d_E, d_k) with the nulls resolved against the model's widths."""
+        """(n_E, d_E, d_k) with the nulls resolved against the model's widths.
+
+        Args:
+            d_model: the model width d, the default of d_E.
+            d_ff: the feed-forward width, the default of n_E.
+
+        Returns:
+            `(n_entries, d_entry, d_key)`: n_E (else d_ff), d_E (else d_model), d_k (else d_E).
+        """
         d_entry = self.d_entry or d_model
         return self.n_entries or d_ff, d_entry, self.d_key or d_entry
 
 
 class KnowledgeBase(nn.Module):
-    """E: one parameter `entries`, (n_E, d_E). Register it once, on the model."""
+    """E: one parameter `entries`, (n_E, d_E). Register it once, on the model.
+
+    Args:
+        n_entries: the number of entries n_E.
+        d_entry: the width d_E of each entry.
+    """
 
     def __init__(self, n_entries: int, d_entry: int):
         super().__init__()
@@ -124,7 +137,11 @@ class EntryThreshold(nn.Sequential):
 
 class BroadcastBias(nn.Module):
     """b1 as a plain learned bias per entry (`threshold=none`), ignoring E: the baseline that
-    the paper's E-dependent threshold is compared against. (n_E, d_E) -> (n_E,)."""
+    the paper's E-dependent threshold is compared against. (n_E, d_E) -> (n_E,).
+
+    Args:
+        n_entries: the number of entries n_E, one bias each (zeros at first).
+    """
 
     def __init__(self, n_entries: int):
         super().__init__()
@@ -135,7 +152,19 @@ class BroadcastBias(nn.Module):
 
 
 def make_threshold(kind: str, n_entries: int, d_entry: int, hidden: int) -> nn.Module:
-    """A threshold module of kind mlp, linear or none, mapping E (n_E, d_E) to b1 (n_E,)."""
+    """A threshold module of kind mlp, linear or none, mapping E (n_E, d_E) to b1 (n_E,).
+
+    Args:
+        kind: `mlp` (Linear-GELU-Linear on each entry), `linear` (one Linear on each entry),
+            `none` or `token` (a learned bias per entry; `TokenThresholdRead` adds the
+            per-token part of `token`).
+        n_entries: the number of entries n_E (the size of a plain bias).
+        d_entry: the width d_E of each entry (the input width of mlp and linear).
+        hidden: the hidden width of `mlp`.
+
+    Returns:
+        The module, mapping entries (n_E, d_E) to thresholds (n_E,).
+    """
     if kind == "mlp":
         return EntryThreshold(nn.Linear(d_entry, hidden), nn.GELU(), nn.Linear(hidden, 1))
     if kind == "linear":
@@ -146,7 +175,16 @@ def make_threshold(kind: str, n_entries: int, d_entry: int, hidden: int) -> nn.M
 
 
 class KnowledgeRead(nn.Module):
-    """One read's pre-activation scores: (H W_Q) (E W_K)^T / sqrt(d_k) + b1(E)."""
+    """One read's pre-activation scores: (H W_Q) (E W_K)^T / sqrt(d_k) + b1(E).
+
+    Args:
+        d_model: the width d of the hidden states H (the input of W_Q).
+        n_entries: the number of entries n_E of the base read.
+        d_entry: the width d_E of the entries (the input of W_K).
+        d_key: the width d_k of queries and keys.
+        threshold: the kind of threshold b1(E) (`make_threshold`): mlp, linear, none or token.
+        threshold_hidden: the hidden width of an mlp threshold.
+    """
 
     def __init__(self, d_model: int, n_entries: int, d_entry: int, d_key: int, threshold: str, threshold_hidden: int):
         super().__init__()
@@ -156,7 +194,15 @@ class KnowledgeRead(nn.Module):
         self.scale = 1.0 / math.sqrt(d_key)
 
     def forward(self, h: torch.Tensor, entries: torch.Tensor) -> torch.Tensor:
-        """h (B, T, d_model), entries (n_E, d_E) -> (B, T, n_E)."""
+        """h (B, T, d_model), entries (n_E, d_E) -> (B, T, n_E).
+
+        Args:
+            h: the (normed) hidden states H, (B, T, d_model).
+            entries: the base's entries E, (n_E, d_E).
+
+        Returns:
+            The pre-activation scores, (B, T, n_E).
+        """
         tokens = h.numel() // h.shape[-1]
         (n_entries, d_entry), d_key = entries.shape, self.k_proj.out_features
         if tokens < n_entries and tokens * (d_key * d_entry + d_entry * n_entries) < n_entries * d_entry * d_key \
@@ -179,7 +225,16 @@ class TokenThresholdRead(KnowledgeRead):
     """A read whose threshold also depends on the token (the paper's N x n_E threshold):
     b1[t, j] = bias_j + g(h_t)_j with g = Linear-GELU-Linear (d_model -> hidden -> n_E).
     With E fixed this is no longer an FFN of width n_E: it is the comparison baseline for
-    the foldable per-entry thresholds, and `fold` refuses it."""
+    the foldable per-entry thresholds, and `fold` refuses it.
+
+    Args:
+        d_model: the width d of the hidden states H (the input of W_Q and of g).
+        n_entries: the number of entries n_E of the base read.
+        d_entry: the width d_E of the entries (the input of W_K).
+        d_key: the width d_k of queries and keys.
+        threshold: the kind of the per-entry part (`make_threshold`); `token` gives bias_j.
+        threshold_hidden: the hidden width of g (and of an mlp per-entry part).
+    """
 
     def __init__(self, d_model: int, n_entries: int, d_entry: int, d_key: int, threshold: str, threshold_hidden: int):
         super().__init__(d_model, n_entries, d_entry, d_key, threshold, threshold_hidden)
@@ -187,7 +242,15 @@ class TokenThresholdRead(KnowledgeRead):
                                              nn.Linear(threshold_hidden, n_entries))
 
     def forward(self, h: torch.Tensor, entries: torch.Tensor) -> torch.Tensor:
-        """h (B, T, d_model), entries (n_E, d_E) -> (B, T, n_E)."""
+        """h (B, T, d_model), entries (n_E, d_E) -> (B, T, n_E).
+
+        Args:
+            h: the (normed) hidden states H, (B, T, d_model).
+            entries: the base's entries E, (n_E, d_E).
+
+        Returns:
+            The pre-activation scores, (B, T, n_E).
+        """
         return super().forward(h, entries) + self.token_threshold(h)
 
 
@@ -199,6 +262,15 @@ class KnowledgeFFN(nn.Module):
 
     Parameters: `up.{q_proj,k_proj,threshold}` (and `gate.*` for swiglu), `v_proj` (W_V,
     d_E -> d) and `bias` (b2). The base is `self.base`, not a submodule.
+
+    Args:
+        base: the shared knowledge base E (n_E, d_E) this layer reads; kept as a reference,
+            not registered as a submodule.
+        d_model: the model width d.
+        d_key: the width d_k of queries and keys; None: d_E.
+        activation: act on the scores: relu, gelu, silu, or swiglu (separate gate and up reads).
+        threshold: the kind of threshold b1 (`make_threshold`): mlp, linear, none or token.
+        threshold_hidden: the hidden width of an mlp or token threshold network.
     """
 
     def __init__(self, base: KnowledgeBase, d_model: int, *, d_key: int | None = None, activation: str = "relu",
@@ -223,14 +295,27 @@ class KnowledgeFFN(nn.Module):
         return self._base[0]
 
     def attach(self, base: KnowledgeBase) -> None:
-        """Read `base` from now on (of the same shape as the current one)."""
+        """Read `base` from now on (of the same shape as the current one).
+
+        Args:
+            base: the new base; its entries must have the shape (n_E, d_E) of the current one,
+                else `ValueError`.
+        """
         if base.entries.shape != self.base.entries.shape:
             raise ValueError(f"base of shape {tuple(base.entries.shape)} replaces one of "
                              f"{tuple(self.base.entries.shape)}")
         self._base = (base,)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        """h: (B, T, d_model) -> (B, T, d_model)."""
+        """h: (B, T, d_model) -> (B, T, d_model).
+
+        Args:
+            h: the block's normed hidden states H, (B, T, d_model).
+
+        Returns:
+            S (E W_V) + b2, (B, T, d_model), with S = act(scores) (B, T, n_E) passed through the
+                hook point `scores`.
+        """
         entries = self.base.entries  # read at call time, so a reloaded or moved E is seen
         s = self.scores(_ACTIVATIONS[self.activation](*(getattr(self, r)(h, entries) for r in self.reads)))
         tokens, (n_entries, d_entry), d = s.numel() // s.shape[-1], entries.shape, self.bias.shape[0]

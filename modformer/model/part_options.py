@@ -63,7 +63,21 @@ BUILT_IN_SECTIONS = {"attention": "model.attention", "mixing": "model.mixing"}
 
 def part_options(registry: Registry, name: str, options: dict[str, Any] | None, key: str) -> Any | None:
     """The checked `Options` of part `name` from the config's plain `options` (None for a part
-    without options; giving it some is an error that says where its options are, if anywhere)."""
+    without options; giving it some is an error that says where its options are, if anywhere).
+
+    Args:
+        registry: the registry the part is registered in (`MIXERS`, `FFNS`).
+        name: the part's name in that registry (or an import path or entry point it resolves).
+        options: the options as given in the config, plain data; None or {}: none given.
+        key: the config key they were given under (e.g. `model.mixer_options`), named in errors.
+
+    Returns:
+        An instance of the part's `Options` dataclass, defaults filled in and checked; None for
+            a part without `Options`.
+
+    Raises:
+        ConfigError: an unknown key or a wrong value, or options given to a part without them.
+    """
     part = registry[name]
     cls = getattr(part, "Options", None)
     if cls is None:
@@ -77,7 +91,17 @@ def part_options(registry: Registry, name: str, options: dict[str, Any] | None, 
 
 def resolved_options(registry: Registry, name: str, options: dict[str, Any] | None, key: str) -> dict[str, Any]:
     """Every option of part `name`, defaults filled in, as plain data (what config.yaml records);
-    {} for a part without options."""
+    {} for a part without options.
+
+    Args:
+        registry: the registry the part is registered in (`MIXERS`, `FFNS`).
+        name: the part's name in that registry.
+        options: the options as given in the config, plain data; None or {}: none given.
+        key: the config key they were given under (e.g. `model.mixer_options`), named in errors.
+
+    Returns:
+        Every option by name, plain data, defaults included; {} for a part without options.
+    """
     checked = part_options(registry, name, options, key)
     return {} if checked is None else to_dict(checked)
 
@@ -85,7 +109,18 @@ def resolved_options(registry: Registry, name: str, options: dict[str, Any] | No
 def make_part(registry: Registry, name: str, options: dict[str, Any] | None, key: str, cfg) -> nn.Module:
     """One instance of part `name`, called with the model config and, if it has them, its
     options. A part that declares `Options` but takes none, or that raises while it is built,
-    is one ConfigError naming it (and where it raised), not a traceback from inside the build."""
+    is one ConfigError naming it (and where it raised), not a traceback from inside the build.
+
+    Args:
+        registry: the registry the part is registered in (`MIXERS`, `FFNS`).
+        name: the part's name in that registry.
+        options: the options as given in the config, plain data; None or {}: none given.
+        key: the config key they were given under (e.g. `model.mixer_options`), named in errors.
+        cfg (ModelConfig): the resolved model config, the part's first argument.
+
+    Returns:
+        The part built as `part(cfg, options)`, or `part(cfg)` for a part without `Options`.
+    """
     checked = part_options(registry, name, options, key)
     part = registry[name]
     what = f"{registry.key}={name}"

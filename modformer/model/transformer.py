@@ -41,6 +41,20 @@ class Transformer(nn.Module):
     stream at named places, `input` (after the embedding) and `block_i` (after block i), with
     whatever that call brings: `BridgedStudent` passes its bridges reading the teacher's
     states this way, so they are recomputed with their block under activation checkpointing.
+
+    Args:
+        vocab_size: the vocabulary size, the rows of the embedding and outputs of the head.
+        d_model: the model width d.
+        blocks: the blocks, in order, each mapping (B, T, d) to (B, T, d).
+        norm_eps: epsilon of the final RMSNorm.
+        tie_embeddings: use the embedding's transpose as the output head (no `lm_head`).
+        max_positions: the number of learned absolute position embeddings (`positions`);
+            None: none (the positions come from the mixers).
+        max_seq_len: the longest input the parts were built for, kept as `max_seq_len`
+            (None: no limit); read by callers, not enforced here.
+        linear: the constructor of the output head, called as `linear(d_model, vocab_size,
+            bias=False)`.
+        padding_idx: an embedding row kept zero that never receives a gradient; None: none.
     """
 
     def __init__(self, vocab_size: int, d_model: int, blocks: list[Block], *, norm_eps: float = 1e-5,
@@ -62,14 +76,29 @@ class Transformer(nn.Module):
         return self.embed.num_embeddings
 
     def places(self) -> list[str]:
-        """The places a `rewrite` is called at, in order."""
+        """The places a `rewrite` is called at, in order.
+
+        Returns:
+            `["input", "block_0", ..., "block_{n-1}"]`, n the number of blocks.
+        """
         return ["input", *(f"block_{i}" for i in range(len(self.blocks)))]
 
     def hidden_states(self, tokens: torch.Tensor, cache: KVCache | None = None, *,
                       rewrite: Rewrite | None = None) -> torch.Tensor:
         """tokens (B, T) -> final normed hidden states (B, T, d_model). With `cache`, tokens
         continue the cached ones (positions cache.length ..), and the cache is extended. With
-        `rewrite`, the stream x (B, T, d_model) at each place becomes rewrite(place, x)."""
+        `rewrite`, the stream x (B, T, d_model) at each place becomes rewrite(place, x).
+
+        Args:
+            tokens: token ids, (B, T) int64.
+            cache: a `KVCache` (`new_cache()`) for cached generation: tokens continue the
+                cached ones and the cache is extended; None: no cache.
+            rewrite: called as rewrite(place, x) at each of `places()`, returning the stream
+                (B, T, d_model) that goes on; None: no rewrite.
+
+        Returns:
+            The final normed hidden states, (B, T, d_model).
+        """
         offset = 0 if cache is None else cache.length
         x = self.embed(tokens)
         if self.positions is not None:
@@ -96,7 +125,17 @@ class Transformer(nn.Module):
     def forward(self, tokens: torch.Tensor, cache: KVCache | None = None, *,
                 rewrite: Rewrite | None = None) -> torch.Tensor:
         """tokens (B, T) int64 -> logits (B, T, vocab_size); see `hidden_states` for `cache`
-        and `rewrite`."""
+        and `rewrite`.
+
+        Args:
+            tokens: token ids, (B, T) int64.
+            cache: a `KVCache` for cached generation, as `hidden_states` reads it; None: none.
+            rewrite: called as rewrite(place, x) at each place, as `hidden_states` calls it;
+                None: none.
+
+        Returns:
+            The logits, (B, T, vocab_size).
+        """
         h = self.hidden_states(tokens, cache, rewrite=rewrite)
         return h @ self.embed.weight.T if self.lm_head is None else self.lm_head(h)
 
@@ -105,10 +144,19 @@ class Transformer(nn.Module):
 
     def supports_cache(self) -> bool:
         """Whether every block's mixer takes a key-value cache (`forward(x, cache)`): ours do;
-        a part from elsewhere may not, and generation then recomputes the whole sequence."""
+        a part from elsewhere may not, and generation then recomputes the whole sequence.
+
+        Returns:
+            True when every block's mixer's `forward` has a parameter named `cache`.
+        """
         return all("cache" in inspect.signature(block.mixer.forward).parameters for block in self.blocks)
 
     def parameter_counts(self) -> dict[str, int]:
-        """{"total": all parameters, "trainable": those with requires_grad}."""
+        """{"total": all parameters, "trainable": those with requires_grad}.
+
+        Returns:
+            `{"total": n, "trainable": m}`: the numbers of scalars of all parameters and of
+                those with `requires_grad`.
+        """
         return {"total": sum(p.numel() for p in self.parameters()),
                 "trainable": sum(p.numel() for p in self.parameters() if p.requires_grad)}
