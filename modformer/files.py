@@ -34,6 +34,15 @@ def fsync_folder(folder: Path) -> None:
         os.close(fd)
 
 
+def fsync_file(path: Path) -> None:
+    """Make what was written to the file at `path` durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def durable_append(path: Path, text: str) -> None:
     """Append `text` in a single O_APPEND write, then fsync: the lines stay whole beside
     another process's, and once this returns they survive a crash or a failing disk (a crash
@@ -57,8 +66,7 @@ def atomic_write(path: Path, write) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         write(tmp)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
+        fsync_file(tmp)
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # some writers create private temp files

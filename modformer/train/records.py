@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from ..files import atomic_write_text
+from ..files import atomic_write_text, fsync_file
 from .tracking import Tracker, scalars
 
 
@@ -35,11 +34,7 @@ class MetricsLog:
     def sync(self) -> None:
         """fsync the file: every record appended so far survives a crash or a failing disk."""
         if self.path.exists():
-            fd = os.open(self.path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            fsync_file(self.path)
 
     def track(self, trackers: list[Tracker]) -> None:
         self.trackers = list(trackers)
