@@ -4,10 +4,10 @@ the variants under one grid and several seeds, and report what each part contrib
 from . import model, tasks, variants  # noqa: F401  (importing registers every part)
 from .api import config, evaluate_run, load_run, sweep, train_run
 from .config import RunConfig, load_config
-from .model.hooks import capture
+from .model.hooks import capture, hooked
 from .variants import build_model
 from .version import __version__
 from . import papers  # noqa: E402,F401  (last: each paper's experiments register on top of the library)
 
-__all__ = ["RunConfig", "load_config", "build_model", "capture", "config", "train_run", "evaluate_run", "load_run",
+__all__ = ["RunConfig", "load_config", "build_model", "capture", "hooked", "config", "train_run", "evaluate_run", "load_run",
            "sweep", "__version__"]

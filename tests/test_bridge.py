@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from modformer.errors import ModformerError
+from modformer.model.hooks import HookPoint, capture, hooked
 
 from modformer.bridge import EnhancedCrossAttention, causal_visibility, leaky_visibility, offset_visibility
 
@@ -199,7 +200,7 @@ def test_the_student_inside_is_unchanged_and_keeps_no_state_between_calls():
     with torch.no_grad():
         alone = student(tokens)
         assert not torch.equal(combined(tokens, torch.randn(1, 6, 32), causal_visibility(6, torch.tensor([6]))), alone)
-        assert not any(m._forward_hooks for m in student.modules())  # the states went in as an argument
+        assert not any(isinstance(m, HookPoint) and m.active for m in student.modules())  # the states went in as an argument
         assert torch.equal(student(tokens), alone)
 
 
@@ -285,3 +286,36 @@ def test_the_cache_key_holds_the_layer_and_the_kept_states(tmp_path):
     tail = TeacherStateCache.build(Teacher(model, layer=2), "tiny", rows, tmp_path / "shared", keep=[None, 4, None])
     assert calls and tail.get([1])[1].tolist() == [4]  # rebuilt with the kept tail only
     assert torch.equal(tail.get([1])[0][0], alone.get([1])[0][0, -4:])
+
+
+def test_the_gate_is_a_hook_point_read_and_set_like_any_activation():
+    """Reading the gate gives values in (0, 1); setting it to 0 through `hooked` makes the
+    combined model the student alone, as a gate held at zero does."""
+    student, combined = bridged()
+    tokens, states = torch.randint(0, 100, (2, 7)), torch.randn(2, 7, 32)
+    see = causal_visibility(7, torch.tensor([7, 7]))
+    with torch.no_grad():
+        with capture(combined, "bridges.*.gate_value") as gates:
+            combined(tokens, states, see)
+        assert set(gates) == {"bridges.input.gate_value", "bridges.block_1.gate_value"}
+        assert all(g.shape == (2, 7, 16) and 0 < g.min() and g.max() < 1 for g in gates.values())
+        with hooked(combined, {"bridges.*.gate_value": lambda _name, g: torch.zeros_like(g)}):
+            shut = combined(tokens, states, see)
+        assert torch.equal(shut, student(tokens))
+
+
+def test_a_bridge_runs_at_the_hook_point_of_its_place():
+    """The bridge at block_1 reads the stream at `blocks.1.resid_post` (what the student alone
+    has there) and what it returns goes on to the final norm and head."""
+    student, combined = bridged(places=("block_1",))
+    tokens, states = torch.randint(0, 100, (1, 5)), torch.randn(1, 5, 32)
+    bridge, seen = combined.bridges["block_1"], {}
+    original = bridge.forward
+    bridge.forward = lambda h, *rest: seen.setdefault("h", h) * 0 + original(h, *rest)
+    with torch.no_grad():
+        with capture(student, "blocks.1.resid_post") as alone:
+            student(tokens)
+        out = combined(tokens, states, causal_visibility(5, torch.tensor([5])))
+        assert torch.equal(seen["h"], alone["blocks.1.resid_post"])
+        stream = original(seen["h"], states, causal_visibility(5, torch.tensor([5])))
+        assert torch.equal(out, student.lm_head(student.norm(stream)))

@@ -5,7 +5,7 @@ import torch
 
 from modformer import build_model, capture
 from modformer.model.config import MixingConfig, ModelConfig
-from modformer.model.hooks import hook_names
+from modformer.model.hooks import HookPoint, hook_names, hooked
 from modformer.registry import FFNS, MIXERS, VARIANTS
 
 
@@ -104,7 +104,7 @@ def test_captured_pattern_path_equals_fast_path():
     torch.testing.assert_close(pattern.sum(-1), torch.ones(2, 4, 12))
     assert torch.all(pattern.triu(1) == 0)  # causal
     assert acts["blocks.1.resid_post"].shape == (2, 12, 32)
-    assert not any(m._forward_hooks for m in model.modules())  # hooks removed on exit
+    assert not any(isinstance(m, HookPoint) and m.active for m in model.modules())  # hooks removed on exit
 
 
 def test_capture_unknown_name_is_an_error():
@@ -119,3 +119,32 @@ def test_tied_embeddings_share_storage():
     model = build_model(small(tie_embeddings=True), seed=0)
     assert model.lm_head is None
     assert "lm_head.weight" not in dict(model.named_parameters())
+
+
+def test_a_hooked_function_replaces_the_activation_and_runs_again_when_recomputed():
+    """Zeroing the stream after the last block leaves logits of the final norm of zeros (the
+    head of zeros); under activation checkpointing the hook runs in the recomputation too, so
+    loss and gradients equal those without checkpointing."""
+    model = build_model(small(), seed=0)
+    tokens = torch.randint(0, 50, (2, 9))
+    last = f"blocks.{len(model.blocks) - 1}.resid_post"
+    with torch.no_grad(), hooked(model, {last: lambda _name, x: torch.zeros_like(x)}):
+        assert torch.equal(model(tokens), torch.zeros(2, 9, 50))
+    grads = []
+    for recompute, halve in ((False, True), (True, True), (False, False)):
+        model = build_model(small(), seed=0)
+        model.activation_checkpointing = recompute
+        model.train()
+        with hooked(model, {"blocks.0.resid_mid": lambda _name, x: 0.5 * x if halve else None}):
+            loss = model(tokens).square().mean()
+        loss.backward()  # after the hooked block ended: the recomputation still halves
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
+    assert not torch.allclose(grads[2]["blocks.0.ffn.up_proj.weight"], grads[0]["blocks.0.ffn.up_proj.weight"])
+    for name in grads[0]:
+        torch.testing.assert_close(grads[1][name], grads[0][name], rtol=1e-6, atol=1e-7, msg=name)
+
+
+def test_a_hook_returning_another_shape_is_refused():
+    model = build_model(small(), seed=0)
+    with hooked(model, {"embed_out": lambda _name, x: x[:, :1]}), pytest.raises(Exception, match="same shape"):
+        model(torch.randint(0, 50, (1, 4)))

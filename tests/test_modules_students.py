@@ -15,6 +15,7 @@ from modformer.bridge.pairing import TwoTokenizers, as_tensor, key_mask
 from modformer.bridge.teacher import Teacher
 from modformer.data.tokenizer import train_bpe
 from modformer.errors import ConfigError
+from modformer.model.hooks import capture, hook_names
 from modules_fixtures import CORPUS, tiny_config
 
 transformers = pytest.importorskip("transformers")
@@ -129,7 +130,11 @@ def test_hugging_face_student_fine_tunes_its_weights_and_scratch_starts_fresh(ti
     assert trainable == {f"student.{n}" for n, _ in bridged.student.named_parameters()} | \
         {f"bridges.{place}.{n}" for place in ("input", "block_0") for n, _ in bridged.bridges[place].named_parameters()}
 
+    assert {"student.embed_out", "student.blocks.0.resid_post", "bridges.input.gate_value"} <= set(hook_names(bridged))
     batch = exp.data.batch(exp.data.train, [0, 1, 2], answer_only=False)
+    with torch.no_grad(), capture(bridged, "student.blocks.*.resid_post", "student.embed_out") as acts:
+        bridged.student(batch.ids)
+    assert acts["student.embed_out"].shape[-1] == bridged.student.width and len(acts) == 1 + len(bridged.student.blocks)
     with torch.no_grad():
         for bridge in bridged.bridges.values():
             bridge.gate.weight.zero_()

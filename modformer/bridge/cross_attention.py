@@ -13,7 +13,8 @@ Unlike the reference, attention is masked by a visibility tensor (see `alignment
 `pairing`): student position i reads only teacher positions below visible[b, i] (or those
 a boolean mask allows), so the bridge is causal unless a leaky visibility is passed on purpose. A position that may read nothing gets a = 0 before
 the adapter (not a softmax over an empty set). With the gate's weights at zero and its bias
-at -inf, g = 0 and out = h exactly: the student alone.
+at -inf, g = 0 and out = h exactly: the student alone. The gate g (B, S, d_s) passes through
+the hook point `gate_value`, so it can be read (`capture`) or set (`hooked`) like any activation.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from ..model.hooks import HookPoint
 
 
 class EnhancedCrossAttention(nn.Module):
@@ -40,6 +43,7 @@ class EnhancedCrossAttention(nn.Module):
         self.adapter_out = nn.Linear(adapter_bottleneck, d_student)
         self.adapter_norm = nn.LayerNorm(d_student)
         self.gate = nn.Linear(2 * d_student, d_student)
+        self.gate_value = HookPoint()
 
     def forward(self, h: torch.Tensor, teacher: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
         """h (B, S, d_s), teacher (B, U, d_t), visible (B, S) int64 (position i reads teacher
@@ -61,5 +65,5 @@ class EnhancedCrossAttention(nn.Module):
                                            dropout_p=self.dropout if self.training else 0.0)
         a = self.o_proj(a.transpose(1, 2).reshape(B, S, d)).masked_fill(empty, 0.0)
         a = a + self.adapter_norm(self.adapter_out(F.gelu(self.adapter_in(a))))
-        g = torch.sigmoid(self.gate(torch.cat([h, a], dim=-1)))
+        g = self.gate_value(torch.sigmoid(self.gate(torch.cat([h, a], dim=-1))))
         return g * a + (1 - g) * h

@@ -1,44 +1,48 @@
 """A Hugging Face causal LM as the student of an LLM-Modules experiment.
 
-`HFStudent` makes it look like a modformer student: token ids in, logits out, and named
-places where a call's `rewrite` (the bridges) changes the stream (`input`: the output of its
-token embedding, where the reference feeds its bridge; `block_i`: the output of decoder
-layer i). Its layers are Hugging Face's own, so the rewrite reaches them through forward
-hooks that live for that one call (the model's own gradient checkpointing would recompute a
-layer without them: leave it off). It starts from its
+`HFStudent` makes it look like a modformer student: token ids in, logits out, and the hook
+points a modformer `Transformer` has where the bridges change the stream (`embed_out`: the
+output of its token embedding, where the reference feeds its bridge; `blocks.{i}.resid_post`:
+the output of decoder layer i), read and changed with `hooks.capture` and `hooks.hooked`. Its
+layers are Hugging Face's own, so each passes its output through its hook point by a forward
+hook set once here (the model's own gradient checkpointing would recompute a layer without
+it: leave it off). It starts from its
 trained weights (`pretrained`: the arms then fine-tune it, the paper's setting with
 GPT-Neo-125M) or from its config with fresh weights drawn from the run's seed.
 """
 
 from __future__ import annotations
 
-from contextlib import ExitStack
-from typing import Callable
-
 import torch
 from torch import nn
 
 from ..errors import ModformerError
+from ..model.hooks import HookPoint
+
+
+class _LayerPoints(nn.Module):
+    """The hook point after one Hugging Face decoder layer (no parameters)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.resid_post = HookPoint()
 
 
 class HFStudent(nn.Module):
     def __init__(self, model: nn.Module):
         super().__init__()
         self.model = model
+        layers = _decoder_layers(model)
+        self.embed_out = HookPoint()
+        self.blocks = nn.ModuleList(_LayerPoints() for _ in layers)
+        model.get_input_embeddings().register_forward_hook(_through(self.embed_out))
+        for layer, points in zip(layers, self.blocks):
+            layer.register_forward_hook(_through(points.resid_post))
 
-    def forward(self, ids: torch.Tensor, *,
-                rewrite: Callable[[str, torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """ids (B, S), right-padded (the model is causal: real positions never read padding)
-        -> logits (B, S, vocab). With `rewrite`, the stream h (B, S, d) at each place becomes
-        rewrite(place, h)."""
-        with ExitStack() as hooks:
-            if rewrite is not None:
-                for place, module in self.bridge_points().items():
-                    hooks.callback(module.register_forward_hook(_hook(rewrite, place)).remove)
-            return self.model(input_ids=ids, use_cache=False).logits
-
-    def places(self) -> list[str]:
-        return list(self.bridge_points())
+        -> logits (B, S, vocab)."""
+        return self.model(input_ids=ids, use_cache=False).logits
 
     @property
     def width(self) -> int:
@@ -52,20 +56,21 @@ class HFStudent(nn.Module):
     def max_length(self) -> int | None:
         return getattr(self.model.config, "max_position_embeddings", None)
 
-    def bridge_points(self) -> dict[str, nn.Module]:
-        """place -> the module whose output the bridge there rewrites."""
-        n = self.model.config.num_hidden_layers
-        layers = next((m for m in self.model.modules() if isinstance(m, nn.ModuleList) and len(m) == n), None)
-        if layers is None:
-            raise ModformerError(f"cannot find the {n} decoder layers of {type(self.model).__name__}")
-        return {"input": self.model.get_input_embeddings(), **{f"block_{i}": layer for i, layer in enumerate(layers)}}
+
+def _decoder_layers(model: nn.Module) -> nn.ModuleList:
+    n = model.config.num_hidden_layers
+    layers = next((m for m in model.modules() if isinstance(m, nn.ModuleList) and len(m) == n), None)
+    if layers is None:
+        raise ModformerError(f"cannot find the {n} decoder layers of {type(model).__name__}")
+    return layers
 
 
-def _hook(rewrite: Callable[[str, torch.Tensor], torch.Tensor], place: str):
+def _through(point: HookPoint):
+    """A forward hook passing a Hugging Face module's output through `point`."""
     def hook(_module, _inputs, output):
         if isinstance(output, tuple):  # some Hugging Face layers return (hidden states, extras...)
-            return (rewrite(place, output[0]), *output[1:])
-        return rewrite(place, output)
+            return (point(output[0]), *output[1:])
+        return point(output)
     return hook
 
 

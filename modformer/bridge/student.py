@@ -1,12 +1,13 @@
 """A student that reads a teacher through bridges.
 
 Bridges sit at named places of the student: `input` (after the token embedding, where the
-reference puts its one bridge) and `block_i` (after student block i). Each is an
-`EnhancedCrossAttention`. The teacher's states are an argument of the forward call: it hands
-the student a `rewrite(place, h)` that runs the bridge at that place on them, so nothing is
-held between calls, the student's own code is unchanged, and called alone it is exactly the
-student alone. A modformer `Transformer` recomputes a block and its bridge together under
-activation checkpointing.
+reference puts its one bridge; hook point `embed_out`) and `block_i` (after student block i;
+hook point `blocks.{i}.resid_post`). Each is an `EnhancedCrossAttention`. The teacher's states
+are an argument of the forward call, which runs each bridge at its place's hook point
+(`hooks.hooked`) for that call only: nothing is held between calls, the student's own code is
+unchanged, and called alone it is exactly the student alone. A modformer `Transformer`
+recomputes a block and its bridge together under activation checkpointing. Each bridge's
+gate is a hook point too (`bridges.{place}.gate_value`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,20 @@ from typing import Mapping, Sequence
 import torch
 from torch import nn
 
+from ..model.hooks import hook_names, hooked
 from .cross_attention import EnhancedCrossAttention
+
+
+def bridge_hook(place: str) -> str:
+    """The hook point of the student a bridge at `place` rewrites.
+
+    Args:
+        place: `input` or `block_i`.
+
+    Returns:
+        `embed_out` for `input`, `blocks.{i}.resid_post` for `block_i`.
+    """
+    return "embed_out" if place == "input" else f"blocks.{place.removeprefix('block_')}.resid_post"
 
 
 def student_width(student: nn.Module) -> int:
@@ -29,10 +43,11 @@ class BridgedStudent(nn.Module):
         super().__init__()
         self.student = student
         d_student = student_width(student)
-        known = student.places()
-        wrong = [p for p in places if p not in known]
+        points = set(hook_names(student))
+        n_blocks = sum(f"blocks.{i}.resid_post" in points for i in range(len(points)))
+        wrong = [p for p in places if not (p == "input" or p.startswith("block_")) or bridge_hook(p) not in points]
         if wrong:
-            raise ValueError(f"bridge place must be 'input' or 'block_i' with i < {len(known) - 1}, got {wrong[0]!r}")
+            raise ValueError(f"bridge place must be 'input' or 'block_i' with i < {n_blocks}, got {wrong[0]!r}")
         self.bridges = nn.ModuleDict({place: EnhancedCrossAttention(
             d_student, d_teacher, n_heads, dropout=dropout, adapter_bottleneck=adapter_bottleneck) for place in places})
 
@@ -50,7 +65,8 @@ class BridgedStudent(nn.Module):
         states = {place: teacher_states[place].to(device) for place in self.bridges}
         visible = visible.to(device)
 
-        def rewrite(place: str, h: torch.Tensor) -> torch.Tensor:
-            return self.bridges[place](h, states[place], visible) if place in self.bridges else h
+        def run_bridge(place: str):
+            return lambda _name, h: self.bridges[place](h, states[place], visible)
 
-        return self.student(tokens, rewrite=rewrite)
+        with hooked(self.student, {bridge_hook(place): run_bridge(place) for place in self.bridges}):
+            return self.student(tokens)

@@ -11,18 +11,7 @@ from torch.utils.checkpoint import checkpoint
 
 from .block import Block
 from .cache import KVCache
-from .hooks import HookPoint
-
-# (place, x (B, T, d_model)) -> x rewritten, same shape
-Rewrite = Callable[[str, torch.Tensor], torch.Tensor]
-
-
-def _rewritten(block: Block, rewrite: Rewrite, place: str) -> Callable[..., torch.Tensor]:
-    """The block followed by the call's rewrite at its place, as one step (recomputed together)."""
-    def step(x: torch.Tensor, *cache) -> torch.Tensor:
-        return rewrite(place, block(x, *cache))
-    return step
-
+from .hooks import HookPoint, pinned
 
 class Transformer(nn.Module):
     """tokens (B, T) -> logits (B, T, vocab).
@@ -37,10 +26,10 @@ class Transformer(nn.Module):
     same gradients. It is not part of the weights or their names. Hooks inside a block run
     again in the recomputation and must give the same result there.
 
-    `rewrite` (an argument of one call, see `hidden_states`) lets a caller change the residual
-    stream at named places, `input` (after the embedding) and `block_i` (after block i), with
-    whatever that call brings: `BridgedStudent` passes its bridges reading the teacher's
-    states this way, so they are recomputed with their block under activation checkpointing.
+    A caller changes the residual stream through the hook points (`hooks.hooked`):
+    `embed_out` after the embedding, `blocks.{i}.resid_post` after block i. `BridgedStudent`
+    runs its bridges there, so under activation checkpointing a bridge is recomputed with its
+    block.
 
     Args:
         vocab_size: the vocabulary size, the rows of the embedding and outputs of the head.
@@ -75,26 +64,14 @@ class Transformer(nn.Module):
     def vocab_size(self) -> int:
         return self.embed.num_embeddings
 
-    def places(self) -> list[str]:
-        """The places a `rewrite` is called at, in order.
-
-        Returns:
-            `["input", "block_0", ..., "block_{n-1}"]`, n the number of blocks.
-        """
-        return ["input", *(f"block_{i}" for i in range(len(self.blocks)))]
-
-    def hidden_states(self, tokens: torch.Tensor, cache: KVCache | None = None, *,
-                      rewrite: Rewrite | None = None) -> torch.Tensor:
+    def hidden_states(self, tokens: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
         """tokens (B, T) -> final normed hidden states (B, T, d_model). With `cache`, tokens
-        continue the cached ones (positions cache.length ..), and the cache is extended. With
-        `rewrite`, the stream x (B, T, d_model) at each place becomes rewrite(place, x).
+        continue the cached ones (positions cache.length ..), and the cache is extended.
 
         Args:
             tokens: token ids, (B, T) int64.
             cache: a `KVCache` (`new_cache()`) for cached generation: tokens continue the
                 cached ones and the cache is extended; None: no cache.
-            rewrite: called as rewrite(place, x) at each of `places()`, returning the stream
-                (B, T, d_model) that goes on; None: no rewrite.
 
         Returns:
             The final normed hidden states, (B, T, d_model).
@@ -107,36 +84,29 @@ class Transformer(nn.Module):
                 raise ValueError(f"sequence length {end} exceeds model.max_seq_len={self.positions.num_embeddings}")
             x = x + self.positions.weight[offset:end]
         x = self.embed_out(x)
-        if rewrite is not None:
-            x = rewrite("input", x)
         recompute = self.activation_checkpointing and cache is None and torch.is_grad_enabled()
         for i, block in enumerate(self.blocks):
-            step = block if rewrite is None else _rewritten(block, rewrite, f"block_{i}")
             if cache is not None:
-                x = step(x, cache.layer(i))
+                x = block(x, cache.layer(i))
             elif recompute:  # non-reentrant: works with frozen blocks and inputs that need no grad
-                x = checkpoint(step, x, use_reentrant=False)
+                x = checkpoint(pinned(block), x, use_reentrant=False)
             else:
-                x = step(x)
+                x = block(x)
         if cache is not None:
             cache.length = offset + tokens.shape[1]
         return self.norm(x)
 
-    def forward(self, tokens: torch.Tensor, cache: KVCache | None = None, *,
-                rewrite: Rewrite | None = None) -> torch.Tensor:
-        """tokens (B, T) int64 -> logits (B, T, vocab_size); see `hidden_states` for `cache`
-        and `rewrite`.
+    def forward(self, tokens: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        """tokens (B, T) int64 -> logits (B, T, vocab_size); see `hidden_states` for `cache`.
 
         Args:
             tokens: token ids, (B, T) int64.
             cache: a `KVCache` for cached generation, as `hidden_states` reads it; None: none.
-            rewrite: called as rewrite(place, x) at each place, as `hidden_states` calls it;
-                None: none.
 
         Returns:
             The logits, (B, T, vocab_size).
         """
-        h = self.hidden_states(tokens, cache, rewrite=rewrite)
+        h = self.hidden_states(tokens, cache)
         return h @ self.embed.weight.T if self.lm_head is None else self.lm_head(h)
 
     def new_cache(self) -> KVCache:
