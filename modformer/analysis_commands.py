@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from .commands import describe_parser
 from .analysis.common import model_max_seq_len, random_tokens
 from .analysis.induction import plot_attention_maps
 from .analysis.knowledge_usage import entry_usage, markdown, write_usage
@@ -42,11 +43,9 @@ def _attention_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_attention_command(subparsers) -> None:
-    """Add `modformer attention` to the CLI's subparsers."""
-    p = subparsers.add_parser(
-        "attention", help="plot every layer's and head's attention map for one sequence",
-        description="Plot a grid (rows: layers, columns: heads) of a trained model's attention patterns (or MixiT's "
+def attention_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments and handler of `modformer attention`."""
+    describe_parser(p, "Plot a grid (rows: layers, columns: heads) of a trained model's attention patterns (or MixiT's "
                     "mixing matrices) on one validation example of its task, or on random tokens repeated twice "
                     "(the induction-head probe).")
     p.add_argument("source", help="a run directory (its latest checkpoint) or a checkpoint file")
@@ -91,11 +90,9 @@ def _text_blocks(text: str, tokenizer: str, block_len: int) -> torch.Tensor:
     return torch.tensor(ids[:n * block_len]).view(n, block_len)
 
 
-def add_usage_command(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Add `modformer usage` to the CLI's subparsers; its handler is set as `func`."""
-    p = subparsers.add_parser(
-        "usage", help="which knowledge entries each layer of a knowledge model reads",
-        description="Run a knowledge-variant checkpoint on its task's validation inputs and report, per layer, the "
+def usage_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments and handler of `modformer usage`."""
+    describe_parser(p, "Run a knowledge-variant checkpoint on its task's validation inputs and report, per layer, the "
                     "fraction of entries active per token, the entries carrying most of the score mass, the overlap "
                     "of the layers' top entries, and the entries most used per token (usage.md, usage.json, usage.png).")
     p.add_argument("source", help="a run directory (its latest checkpoint) or a checkpoint file")
@@ -107,4 +104,3 @@ def add_usage_command(subparsers: argparse._SubParsersAction) -> argparse.Argume
     p.add_argument("--tokenizer", help="a Hugging Face tokenizer folder for --text (e.g. the converted model's source)")
     p.add_argument("--block-len", type=int, default=128, help="tokens per sequence read from --text (default: 128)")
     p.set_defaults(func=_usage_command)
-    return p

@@ -11,25 +11,24 @@ from pathlib import Path
 
 from . import api
 from . import variants as _variants  # noqa: F401  (registers the variants)
-from .analysis import add_signal_command
-from .analysis_commands import add_attention_command, add_usage_command
-from .bench import add_bench_command
-from .bridge.command import add_modules_command
+from .analysis import signal_arguments
+from .analysis_commands import attention_arguments, usage_arguments
+from .bench import bench_arguments
 from .bridge.packaged import NAME as PACKAGED_TEACHER
 from .bridge.packaged import packaged_teacher_folder
 from .config import RunConfig, load_config
+from .commands import COMMANDS, REPORT_WRITERS, Command, describe_parser
 from .configtools import describe, field_help, key_lines
 from .constructions import CONSTRUCTIONS
 from .data import named_sources
 from .errors import Interrupted, ModformerError, storage_fault
-from .generate import add_generate_command
+from .generate import generate_arguments
 from .knowledge.convert import convert
-from .pretrained_kb.command import add_kb_pretrained_command
 from .model.part_options import BUILT_IN_SECTIONS
 from .registry import FFNS, MIXERS, TASKS, VARIANTS
 from .version import source_version
 from .sweep.curve import write_curve
-from .sweep.quote import add_quote_command
+from .sweep.quote import quote_arguments
 from .sweep.report import summary_sections, write_report
 from .sweep.slurm_config import LAUNCHERS, SlurmConfig
 from .sweep.spec import SweepConfig
@@ -109,7 +108,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    path = write_report(Path(args.sweep_dir))
+    folder = Path(args.sweep_dir)
+    writer = next((w for w in REPORT_WRITERS if w.holds(folder)), None)
+    if writer is None and not (folder / "sweep.yaml").is_file():
+        kinds = "".join(f", nor {w.kind}" for w in REPORT_WRITERS)
+        raise ModformerError(f"{folder} is not a sweep directory (no sweep.yaml){kinds} folder")
+    path = writer.write(folder) if writer and not (folder / "sweep.yaml").is_file() else write_report(folder)
     print(path.read_text() if args.print else f"report: {path}")
     return 0
 
@@ -208,114 +212,144 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def train_arguments(p: argparse.ArgumentParser) -> None:
+    describe_parser(p, "Train one model on one task.", _config_help())
+    p.add_argument("config", help="YAML config with sections model, task, train")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. train.steps=200")
+    p.add_argument("--out", help="run directory (default: runs/<config name>/<date-time>)")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoint")
+    p.set_defaults(func=cmd_train)
+
+
+def eval_arguments(p: argparse.ArgumentParser) -> None:
+    describe_parser(p, "Score a checkpoint (or a run directory's latest) on the held-out set.")
+    p.add_argument("checkpoint", help="a checkpoint file or a run directory")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="e.g. task.test_size=10000")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=cmd_eval)
+
+
+def sweep_arguments(p: argparse.ArgumentParser) -> None:
+    describe_parser(p, "Train every variant at every grid point with every seed (the same grid for every variant), "
+                       "several runs at once. Run the same command again to continue a stopped sweep.", _sweep_help())
+    p.add_argument("config", nargs="?", help="YAML run config plus a `sweep` section")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. sweep.seeds=[0,1,2]")
+    p.add_argument("--profile", action="append", default=[], metavar="NAME",
+                   help="apply the config's profile NAME (its `profiles` section: the experiment at another "
+                        "budget or scale, e.g. budget, paper) before the overrides; repeatable")
+    p.add_argument("--out", help="sweep directory (default: runs/sweeps/<config name>[-<profile>])")
+    p.add_argument("--workers", type=int, help="runs at once (overrides sweep.workers)")
+    p.add_argument("--status", metavar="DIR", help="say which runs of the sweep in DIR are done, queued, running, "
+                                                   "unknown (Slurm cannot say), failed or cancelled, and stop")
+    p.add_argument("--launcher", choices=LAUNCHERS, help="local (default) or slurm: submit the unfinished runs "
+                                                         "as one Slurm job array (overrides sweep.launcher)")
+    p.add_argument("--wait", action="store_true", help="with --launcher slurm: follow the jobs to their end, "
+                                                       "then gather and report")
+    for key, kind in SLURM_OPTIONS.items():
+        p.add_argument(f"--{key.replace('_', '-')}", type=kind, dest=key,
+                       help=f"overrides sweep.slurm.{key}: {field_help(SlurmConfig, key)}")
+    p.set_defaults(func=cmd_sweep)
+
+
+def report_arguments(p: argparse.ArgumentParser) -> None:
+    kinds = ", ".join(w.kind for w in REPORT_WRITERS)
+    describe_parser(p, "Write report.md and its plots (slices.png, curves.png) in a sweep directory, from its "
+                       "records alone" + (f"; also the report of {kinds} folder." if kinds else "."))
+    p.add_argument("sweep_dir", metavar="DIR", help="a sweep directory, or another experiment folder")
+    p.add_argument("--print", action="store_true", help="also print the report")
+    p.set_defaults(func=cmd_report)
+
+
+def curve_arguments(p: argparse.ArgumentParser) -> None:
+    describe_parser(p, "Plot test accuracy (or --metric) against what the runs trained on (sequences, or tokens for "
+                       "language modelling) or against width, one line per variant, from every finished run of the "
+                       "given sweep folders that matches --where; write the figure and, beside it, a Markdown table "
+                       "of its points with the folder each came from.")
+    p.add_argument("sweep_dirs", nargs="+", help="sweep directories")
+    p.add_argument("--out", required=True, help="the figure (.png); the table is written beside it as .md")
+    p.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
+                   help="only runs whose config has this value (repeatable), e.g. train.lr=0.003")
+    p.add_argument("--x", choices=["sequences", "width"], default="sequences",
+                   help="the x axis: sequences (the budget, in tokens for language modelling) or width")
+    p.add_argument("--metric", default="accuracy",
+                   help="the test metric on the y axis, as the runs' summaries name it (e.g. loss)")
+    p.set_defaults(func=cmd_curve)
+
+
+def convert_arguments(p: argparse.ArgumentParser) -> None:
+    describe_parser(p, "Convert a modformer checkpoint (or run directory), or a local Hugging Face Llama-family "
+                       "folder, to the knowledge form (every FFN a read of one shared base E = I, exact) or back "
+                       "to ordinary FFNs. Writes a checkpoint and prints the largest logit difference it measured.")
+    p.add_argument("source", help=f"checkpoint file, run directory, Hugging Face model folder, or "
+                                  f"{PACKAGED_TEACHER} (the packaged teacher)")
+    p.add_argument("--to", required=True, choices=["knowledge", "ffn"], help="the form to convert to")
+    p.add_argument("--out", required=True, help="checkpoint file to write (a new folder with --hf)")
+    p.add_argument("--threshold", default="linear", choices=["linear", "mlp", "none"],
+                   help="threshold network of the knowledge layers (--to knowledge)")
+    p.add_argument("--n-entries", type=int, help="with --to knowledge: entries of the shared base below d_ff "
+                                                 "(approximate: each layer keeps its most important units)")
+    p.add_argument("--d-entry", type=int, help="with --to knowledge: entry width below n_E (approximate: a joint "
+                                               "truncated SVD across layers); per-layer errors are printed")
+    p.add_argument("--hf", action="store_true",
+                   help="with --to ffn: write --out as a Hugging Face LlamaForCausalLM folder (a knowledge model "
+                        "with swiglu activation folds into Llama's MLP), reloaded to check its logits")
+    p.set_defaults(func=cmd_convert)
+
+
+def list_arguments(p: argparse.ArgumentParser) -> None:
+    describe_parser(p, "List the registered variants, parts and tasks; with --options every part's options (type, "
+                       "default, help), installed packages' parts included; with CONFIG the options of the parts "
+                       "that config names (parts of your own too).")
+    p.add_argument("config", nargs="?", help="a run config: show the options of its mixer and feed-forward module")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides of CONFIG")
+    p.add_argument("--options", action="store_true", help="every part's options, with type, default and help")
+    p.set_defaults(func=cmd_list)
+
+
+# Every command of the library, in the order `modformer --help` lists them; the papers' own
+# commands follow (commands.COMMANDS, registered by modformer/papers/).
+LIBRARY = [
+    Command("train", "train one model on one task", train_arguments),
+    Command("eval", "score a checkpoint on its task's held-out set", eval_arguments),
+    Command("sweep", "train variants x grid x seeds, resumably, and write a report", sweep_arguments),
+    Command("report", "write a sweep's (or another experiment's) Markdown report and plots", report_arguments),
+    Command("curve", "one budget or width curve from the runs of several sweeps", curve_arguments),
+    Command("quote", "recompute the figures a Markdown file quotes from its sweep and benchmark records",
+            quote_arguments),
+    Command("signal", "signal propagation at init: token covariance and cosine across depth", signal_arguments),
+    Command("usage", "which knowledge entries each layer of a knowledge model reads", usage_arguments),
+    Command("attention", "plot every layer's and head's attention map for one sequence", attention_arguments),
+    Command("generate", "continue a text prompt with a trained language model", generate_arguments),
+    Command("bench", "side-by-side benchmarks (ratios measured in one process)", bench_arguments),
+    Command("convert", "write a model's FFNs as reads of one knowledge base, or fold them back", convert_arguments),
+    Command("list", "list the registered variants, parts and tasks", list_arguments),
+]
+
+
+def all_commands() -> list[Command]:
+    """The library's commands, then the papers' (what `modformer --help` lists)."""
+    return [*LIBRARY, *COMMANDS.values()]
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="modformer", description="Build transformers from parts, freeze or randomise them, train and compare.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    train = sub.add_parser(
-        "train", help="train one model on one task", description="Train one model on one task.",
-        epilog=_config_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
-    train.add_argument("config", help="YAML config with sections model, task, train")
-    train.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. train.steps=200")
-    train.add_argument("--out", help="run directory (default: runs/<config name>/<date-time>)")
-    train.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoint")
-    train.set_defaults(func=cmd_train)
-    parser.train_parser = train  # for `train --help CONFIG` (_train_help_with_config)
-
-    ev = sub.add_parser("eval", help="score a checkpoint on its task's held-out set",
-                        description="Score a checkpoint (or a run directory's latest) on the held-out set.")
-    ev.add_argument("checkpoint", help="a checkpoint file or a run directory")
-    ev.add_argument("overrides", nargs="*", metavar="key=value", help="e.g. task.test_size=10000")
-    ev.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    ev.set_defaults(func=cmd_eval)
-
-    sw = sub.add_parser(
-        "sweep", help="train variants x grid x seeds, resumably, and write a report",
-        description="Train every variant at every grid point with every seed (the same grid for every variant), "
-                    "several runs at once. Run the same command again to continue a stopped sweep.",
-        epilog=_sweep_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
-    sw.add_argument("config", nargs="?", help="YAML run config plus a `sweep` section")
-    sw.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. sweep.seeds=[0,1,2]")
-    sw.add_argument("--profile", action="append", default=[], metavar="NAME",
-                    help="apply the config's profile NAME (its `profiles` section: the experiment at another "
-                         "budget or scale, e.g. budget, paper) before the overrides; repeatable")
-    sw.add_argument("--out", help="sweep directory (default: runs/sweeps/<config name>[-<profile>])")
-    sw.add_argument("--workers", type=int, help="runs at once (overrides sweep.workers)")
-    sw.add_argument("--status", metavar="DIR", help="say which runs of the sweep in DIR are done, queued, running, "
-                                                    "unknown (Slurm cannot say), failed or cancelled, and stop")
-    sw.add_argument("--launcher", choices=LAUNCHERS, help="local (default) or slurm: submit the unfinished runs "
-                                                          "as one Slurm job array (overrides sweep.launcher)")
-    sw.add_argument("--wait", action="store_true", help="with --launcher slurm: follow the jobs to their end, "
-                                                        "then gather and report")
-    for key, kind in SLURM_OPTIONS.items():
-        sw.add_argument(f"--{key.replace('_', '-')}", type=kind, dest=key,
-                        help=f"overrides sweep.slurm.{key}: {field_help(SlurmConfig, key)}")
-    sw.set_defaults(func=cmd_sweep)
-
-    rp = sub.add_parser("report", help="write a sweep's Markdown report and plots",
-                        description="Write report.md, slices.png and curves.png in a sweep directory.")
-    rp.add_argument("sweep_dir", help="a sweep directory")
-    rp.add_argument("--print", action="store_true", help="also print the report")
-    rp.set_defaults(func=cmd_report)
-
-    cv = sub.add_parser("curve", help="one budget or width curve from the runs of several sweeps",
-                        description="Plot test accuracy (or --metric) against what the runs trained on (sequences, or "
-                                    "tokens for language modelling) or against width, one "
-                                    "line per variant, from every finished run of the given sweep folders that matches "
-                                    "--where; write the figure and, beside it, a Markdown table of its points "
-                                    "with the folder each came from.")
-    cv.add_argument("sweep_dirs", nargs="+", help="sweep directories")
-    cv.add_argument("--out", required=True, help="the figure (.png); the table is written beside it as .md")
-    cv.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
-                    help="only runs whose config has this value (repeatable), e.g. train.lr=0.003")
-    cv.add_argument("--x", choices=["sequences", "width"], default="sequences",
-                    help="the x axis: sequences (the budget, in tokens for language modelling) or width")
-    cv.add_argument("--metric", default="accuracy",
-                    help="the test metric on the y axis, as the runs' summaries name it (e.g. loss)")
-    cv.set_defaults(func=cmd_curve)
-    add_quote_command(sub)
-
-    add_signal_command(sub)
-    add_usage_command(sub)
-    add_attention_command(sub)
-    add_generate_command(sub)
-    add_bench_command(sub)
-    add_modules_command(sub)
-    add_kb_pretrained_command(sub)
-
-    cv = sub.add_parser(
-        "convert", help="write a model's FFNs as reads of one knowledge base, or fold them back",
-        description="Convert a modformer checkpoint (or run directory), or a local Hugging Face Llama-family "
-                    "folder, to the knowledge form (every FFN a read of one shared base E = I, exact) or back "
-                    "to ordinary FFNs. Writes a checkpoint and prints the largest logit difference it measured.")
-    cv.add_argument("source", help=f"checkpoint file, run directory, Hugging Face model folder, or "
-                                   f"{PACKAGED_TEACHER} (the packaged teacher)")
-    cv.add_argument("--to", required=True, choices=["knowledge", "ffn"], help="the form to convert to")
-    cv.add_argument("--out", required=True, help="checkpoint file to write (a new folder with --hf)")
-    cv.add_argument("--threshold", default="linear", choices=["linear", "mlp", "none"],
-                    help="threshold network of the knowledge layers (--to knowledge)")
-    cv.add_argument("--n-entries", type=int, help="with --to knowledge: entries of the shared base below d_ff "
-                                                   "(approximate: each layer keeps its most important units)")
-    cv.add_argument("--d-entry", type=int, help="with --to knowledge: entry width below n_E (approximate: a joint "
-                                                 "truncated SVD across layers); per-layer errors are printed")
-    cv.add_argument("--hf", action="store_true",
-                    help="with --to ffn: write --out as a Hugging Face LlamaForCausalLM folder (a knowledge model "
-                         "with swiglu activation folds into Llama's MLP), reloaded to check its logits")
-    cv.set_defaults(func=cmd_convert)
-
-    ls = sub.add_parser("list", help="list the registered variants, parts and tasks",
-                        description="List the registered variants, parts and tasks; with --options every part's "
-                                    "options (type, default, help), installed packages' parts included; with CONFIG "
-                                    "the options of the parts that config names (parts of your own too).")
-    ls.add_argument("config", nargs="?", help="a run config: show the options of its mixer and feed-forward module")
-    ls.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides of CONFIG")
-    ls.add_argument("--options", action="store_true", help="every part's options, with type, default and help")
-    ls.set_defaults(func=cmd_list)
+    for command in all_commands():
+        listed = {"help": command.help} if command.help else {}  # no help: an old name, not listed
+        command.build(sub.add_parser(command.name, aliases=list(command.aliases), **listed))
+    parser.train_parser = sub.choices["train"]  # for `train --help CONFIG` (_train_help_with_config)
     # No abbreviated options: `--resum` must not pass for `--resume` (or for nothing at all).
     for parser_ in (parser, *sub.choices.values()):
         parser_.allow_abbrev = False
     return parser
+
+
+def _say_new_name(argv: list[str]) -> None:
+    """An old command name works and says the new one."""
+    for command in all_commands():
+        if argv and argv[0] in command.aliases:
+            print(f"modformer: `{argv[0]}` is now `modformer {command.name}`", file=sys.stderr)
 
 
 def _train_help_with_config(parser: argparse.ArgumentParser, argv: list[str]) -> bool:
@@ -341,6 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     except ModformerError as e:
         print(f"modformer: error: {e}", file=sys.stderr)
         return 2
+    _say_new_name(argv)
     # Overrides may come after options (`--out DIR train.steps=5`): collect the leftovers.
     args, extra = parser.parse_known_args(argv)
     unknown = [a for a in extra if a.startswith("-") or "=" not in a or not hasattr(args, "overrides")]

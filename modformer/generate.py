@@ -17,6 +17,7 @@ from typing import Callable
 
 import torch
 
+from .commands import describe_parser
 from .analysis.common import evaluating, model_device
 from .data.tokenizer import TextTokenizer
 from .errors import ModformerError
@@ -133,11 +134,9 @@ def _generate_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_generate_command(subparsers: argparse._SubParsersAction) -> None:
-    """Add `modformer generate` to the CLI's subparsers."""
-    p = subparsers.add_parser(
-        "generate", help="continue a text prompt with a trained language model",
-        description="Continue --prompt with a model trained on a text task (lm), using the run's tokenizer: greedy "
+def generate_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments and handler of `modformer generate`."""
+    describe_parser(p, "Continue --prompt with a model trained on a text task (lm), using the run's tokenizer: greedy "
                     "by default, sampled with --temperature (and --top-k, --seed). Prints the prompt and its "
                     "continuation, which stops at the first end-of-text.")
     p.add_argument("source", help="a run directory (its latest checkpoint) or a checkpoint file")

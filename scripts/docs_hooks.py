@@ -90,7 +90,10 @@ def _subcommands(parser: argparse.ArgumentParser, prefix: str):
     """(command line, parser) for every command and subcommand, in the order of --help."""
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
+            listed = {choice.dest for choice in action._choices_actions}  # not aliases, nor unlisted old names
             for name, sub in action.choices.items():
+                if name not in listed:
+                    continue
                 yield f"{prefix} {name}", sub
                 yield from _subcommands(sub, f"{prefix} {name}")
 

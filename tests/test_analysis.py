@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from modformer import build_model
-from modformer.analysis import (add_signal_command, induction_scores, markdown_tables, plot_attention_maps,
+from modformer.analysis import (signal_arguments, induction_scores, markdown_tables, plot_attention_maps,
                                 plot_induction_scores, signal_propagation, token_similarity, write_reports)
 from modformer.analysis.common import random_tokens
 from modformer.errors import ConfigError, ModformerError
@@ -186,7 +186,7 @@ def test_signal_rejects_bad_input():
 
 def _parser():
     parser = argparse.ArgumentParser(prog="modformer")
-    add_signal_command(parser.add_subparsers(dest="command"))
+    signal_arguments(parser.add_subparsers(dest="command").add_parser("signal"))
     return parser
 
 

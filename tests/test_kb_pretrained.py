@@ -1,4 +1,4 @@
-"""`modformer kb-pretrained` end to end on a local Hugging Face Llama folder (a tiny random one
+"""`modformer knowledge-pretrained` end to end on a local Hugging Face Llama folder (a tiny random one
 with a word-level tokenizer, `tiny_teacher`): the ladder, an edit run and the report, offline."""
 
 import json
@@ -12,7 +12,10 @@ from modformer.cli import main
 def test_ladder_edits_and_report_on_a_local_llama_folder(tiny_teacher, tmp_path, capsys):
     out = tmp_path / "kb"
     common = [f"model={tiny_teacher}", f"corpus={tiny_teacher / 'corpus.txt'}", "eval_blocks=2", "block_len=16"]
-    assert main(["kb-pretrained", "ladder", *common, "points=[[1, 0.5]]", "--out", str(out)]) == 0
+    config = tmp_path / "ladder.yaml"  # a config file, then overrides: the one argument style
+    config.write_text(f"model: {tiny_teacher}\ncorpus: {tiny_teacher / 'corpus.txt'}\neval_blocks: 3\n")
+    assert main(["knowledge-pretrained", "ladder", str(config), "eval_blocks=2", "block_len=16", "points=[[1, 0.5]]",
+                 "--out", str(out)]) == 0
     ladder = [json.loads(line) for line in (out / "ladder.jsonl").read_text().splitlines()]
     arms = {r["arm"]: r for r in ladder}
     assert set(arms) == {"original", "shared", "own", "lowrank"} and len(ladder) == 4
@@ -22,18 +25,20 @@ def test_ladder_edits_and_report_on_a_local_llama_folder(tiny_teacher, tmp_path,
     assert all(r["perplexity"] > 1 and r["code_version"] for r in ladder)
     known = json.loads((out / "known_facts.json").read_text())  # the cache names what found it, as the records do
     assert known["code_version"].startswith("0.1.0") and "CPUs" in known["machine"]
-    assert main(["kb-pretrained", "edit", *common, "sizes=[1, 2]", "seeds=[0]", "require_known=false",
+    assert main(["knowledge-pretrained", "edit", *common, "sizes=[1, 2]", "seeds=[0]", "require_known=false",
                  "max_steps=40", "lr={entries: 0.03, one_down_proj: 0.03, all_ffns: 0.01}", "--out", str(out)]) == 0
     edits = {r["key"]: r for r in map(json.loads, (out / "edits.jsonl").read_text().splitlines())}
     assert {"before", "entries/1/0", "entries/2/0", "one_down_proj/2/0", "all_ffns/1/0"} <= set(edits)
     assert edits["entries/2/0"]["parameters"] == ["knowledge.entries"]
     assert edits["one_down_proj/1/0"]["parameters"] == ["blocks.1.ffn.down_proj.weight"]
     assert all(0 <= v <= 1 for v in edits["entries/1/0"]["overlap_changed_vs_mass"])
-    assert main(["kb-pretrained", "repair", *common, "point=[1, 0.5]", "steps=2", "train_len=8", "lr=0.001",
+    assert main(["knowledge-pretrained", "repair", *common, "point=[1, 0.5]", "steps=2", "train_len=8", "lr=0.001",
                  "eval_blocks=1", "block_len=8", "batch_size=1", "--out", str(out)]) == 0
     repair = {r["arm"]: r for r in map(json.loads, (out / "repair.jsonl").read_text().splitlines())}
     assert set(repair) == {"entries", "entries_and_maps"} and len(repair["entries"]["losses"]) == 2
     assert repair["entries"]["trained_parameters"] == 64 * 32 < repair["entries_and_maps"]["trained_parameters"]
+    (out / "report.md").unlink()
+    assert main(["report", str(out)]) == 0  # the one report command knows this kind of folder
     report = (out / "report.md").read_text()
     assert "Compression ladder" in report and "Editing facts" in report
     assert (out / "perplexity_vs_parameters.png").stat().st_size > 0

@@ -201,7 +201,7 @@ def test_a_second_experiment_in_a_busy_folder_is_refused_before_it_writes(tiny_t
     out = tmp_path / "out"
     out.mkdir()
     with take_lock(out / LOCK_FILE, wait=False):  # as a running `modformer modules` holds it
-        with pytest.raises(FolderBusy, match="one `modformer modules` per experiment folder"):
+        with pytest.raises(FolderBusy, match="one `modformer llm-modules` per experiment folder"):
             ModulesExperiment(tiny_config(tiny_teacher, "arms=[teacher]"), out, echo=lambda *_: None).run()
         assert sorted(p.name for p in out.iterdir()) == [LOCK_FILE]  # nothing written
     results = ModulesExperiment(tiny_config(tiny_teacher, "arms=[teacher]"), out, echo=lambda *_: None).run()

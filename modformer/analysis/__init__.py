@@ -6,9 +6,9 @@ that exposes them (softmax attention, MixiT's fixed mixing).
 
 from .induction import attention_patterns, induction_scores, plot_attention_maps, plot_induction_scores
 from .knowledge_usage import entry_usage
-from .signal import add_signal_command, markdown_tables, signal_propagation, token_similarity, write_reports
+from .signal import signal_arguments, markdown_tables, signal_propagation, token_similarity, write_reports
 
 __all__ = [
-    "add_signal_command", "attention_patterns", "entry_usage", "induction_scores", "markdown_tables", "plot_attention_maps",
+    "signal_arguments", "attention_patterns", "entry_usage", "induction_scores", "markdown_tables", "plot_attention_maps",
     "plot_induction_scores", "signal_propagation", "token_similarity", "write_reports",
 ]

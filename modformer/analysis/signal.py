@@ -31,6 +31,7 @@ from typing import Any, Sequence
 
 import torch
 
+from ..commands import describe_parser
 from ..configtools import apply_override, from_dict
 from ..constructions import apply_construction
 from ..errors import ConfigError
@@ -281,18 +282,9 @@ def _run_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_signal_command(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Add `modformer signal` to the CLI's subparsers; its handler is set as `func`.
-
-    Args:
-        subparsers: the `add_subparsers()` object of the `modformer` parser.
-
-    Returns:
-        The `signal` subparser.
-    """
-    p = subparsers.add_parser(
-        "signal", help="signal propagation at init: token covariance and cosine across depth",
-        description="Build each variant at init for each depth, feed random tokens and report the mean "
+def signal_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments and handler of `modformer signal`."""
+    describe_parser(p, "Build each variant at init for each depth, feed random tokens and report the mean "
                     "off-diagonal token covariance and cosine (and the token variance, for scale) after the "
                     "last block (the random-attention paper's Table 7). Writes signal.json, signal.md and signal.png to --out.")
     p.add_argument("--out", required=True, help="output directory")
@@ -312,4 +304,3 @@ def add_signal_command(subparsers: argparse._SubParsersAction) -> argparse.Argum
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                    help="further model config keys, e.g. residual_scale=0.7071 mixing.sink_head=true")
     p.set_defaults(func=_run_command)
-    return p

@@ -8,6 +8,6 @@ Hugging Face Llama (optionally with activation checkpointing and torch.compile).
 without the teacher-state cache.
 """
 
-from .command import add_bench_command
+from .command import bench_arguments
 
-__all__ = ["add_bench_command"]
+__all__ = ["bench_arguments"]

@@ -133,9 +133,8 @@ def _tokens(text: str) -> str:
     return text
 
 
-def add_bench_command(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Add `modformer bench` and its suites to the CLI's subparsers."""
-    p = subparsers.add_parser("bench", help="side-by-side benchmarks (ratios measured in one process)")
+def bench_arguments(p: argparse.ArgumentParser) -> None:
+    """The suites of `modformer bench`, each with its arguments and handler."""
     suites = p.add_subparsers(dest="suite", metavar="SUITE", required=True)
     k = suites.add_parser(
         "knowledge", help="a knowledge layer (and model) against the FFN (and model) it folds into",

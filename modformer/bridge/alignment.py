@@ -23,7 +23,7 @@ teacher states of text up to the end of student token i, never of text after it.
 Character offsets bound what a position may read, but over one tokenization of the whole
 text they are not quite causal: where the teacher splits a word depends on the letters
 after the split, so *which* teacher tokens have ended tells a position something about
-the text after it. `modformer modules` therefore aligns two tokenizers exactly
+the text after it. `modformer llm-modules` therefore aligns two tokenizers exactly
 (`pairing.TwoTokenizers`: each position reads the teacher's states of its own text as the
 teacher would tokenize it), which never reads more than `offset_visibility` allows.
 """

@@ -1,4 +1,4 @@
-"""`modformer modules`: every arm x every seed of an LLM-Modules experiment, in one folder.
+"""`modformer llm-modules`: every arm x every seed of an LLM-Modules experiment, in one folder.
 
     OUT/config.yaml             the resolved config
     OUT/split.json              the task's training and held-out items (and what the teacher knew)
@@ -9,7 +9,7 @@
     OUT/report.md, curves.png   written by `modules_report`
     OUT/modules.lock            held while an experiment runs here (modformer/lock.py)
 
-One `modformer modules` at a time per folder: a second is refused at once, before it writes
+One `modformer llm-modules` at a time per folder: a second is refused at once, before it writes
 anything, naming the first (two would train the same arm and seed into the same files).
 A finished run (its summary.json exists) is never redone and a stopped one continues from its
 last checkpoint: run the same command again to continue a stopped experiment. Teacher
@@ -267,7 +267,7 @@ class ModulesExperiment:
         """Every (arm, seed) not yet finished; returns every finished run's result."""
         output_folder(self.out)
         with take_lock(self.out / LOCK_FILE, wait=False, busy=(
-                f"{self.out} is being run by {{holder}}: one `modformer modules` per experiment folder (lock file "
+                f"{self.out} is being run by {{holder}}: one `modformer llm-modules` per experiment folder (lock file "
                 f"{{path}}); wait for it to end or stop it, or choose another --out")):
             return self._run()
 

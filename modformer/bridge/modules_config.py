@@ -1,4 +1,4 @@
-"""The config of an LLM-Modules experiment (`modformer modules`): a teacher, a student, the
+"""The config of an LLM-Modules experiment (`modformer llm-modules`): a teacher, a student, the
 bridge, the data, the training, and which arms and seeds to run, from YAML plus dotted
 overrides, strict about unknown keys like every modformer config."""
 

@@ -1,6 +1,6 @@
 """The report of an LLM-Modules experiment: every arm over its seeds, the decisive control,
-and the size of the leak. Written from the experiment folder alone (`modformer modules`
-writes it at the end; `modformer modules-report OUT` rewrites it)."""
+and the size of the leak. Written from the experiment folder alone (`modformer llm-modules`
+writes it at the end; `modformer report OUT` rewrites it)."""
 
 from __future__ import annotations
 

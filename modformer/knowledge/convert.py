@@ -11,7 +11,7 @@ With `hf=True` (`--hf`) the result is written instead as a Hugging Face `LlamaFo
 folder (`save_pretrained`): folding a gated (swiglu) knowledge model gives Llama's MLP with
 biases, so a Llama unfolded to the knowledge form comes back as a Llama. A standard model is
 in FFN form already: `--to ffn --hf` exports it as it is (a modformer model pretrained here
-then serves as a Hugging Face student, `modformer modules`). The folder is reloaded with
+then serves as a Hugging Face student, `modformer llm-modules`). The folder is reloaded with
 transformers and its logits are the ones compared. A run directory's tokenizer (a text
 task's `tokenizer/tokenizer.json`) is copied beside the weights; a knowledge model has no
 Llama form.

@@ -29,7 +29,7 @@ then describe the per-seed differences, and both settings must hold the same see
 
     <!--q lm_reference mixit test.loss .2 mean minus standard-->0.09<!--/q-->
 
-An LLM-Modules experiment folder (`modformer modules`: one `results.jsonl` line per arm and
+An LLM-Modules experiment folder (`modformer llm-modules`: one `results.jsonl` line per arm and
 seed) is read the same way, its arms in the place of variants and no grid:
 
     <!--q facts teacher held_out_exact %1 ci minus random_teacher-->1.5% ± 1.3 [-1.7, 4.8]<!--/q-->
@@ -61,6 +61,7 @@ from typing import Any
 
 import yaml
 
+from ..commands import describe_parser
 from .bench_records import bench_value, read_bench
 from ..errors import ModformerError
 from ..files import atomic_write_text
@@ -309,9 +310,9 @@ def cmd_quote(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_quote_command(sub: argparse._SubParsersAction) -> None:
-    qt = sub.add_parser("quote", help="recompute the figures a Markdown file quotes from its sweep and benchmark records",
-                        description=__doc__.split("\n\n")[0] + " Every <!--q SPEC-->VALUE<!--/q--> is rewritten "
+def quote_arguments(qt: argparse.ArgumentParser) -> None:
+    """The arguments and handler of `modformer quote`."""
+    describe_parser(qt, __doc__.split("\n\n")[0] + " Every <!--q SPEC-->VALUE<!--/q--> is rewritten "
                         "from the records SPEC names (see modformer.sweep.quote).")
     qt.add_argument("file", help="a Markdown file, e.g. results/random_attention/README.md")
     qt.add_argument("--check", action="store_true",

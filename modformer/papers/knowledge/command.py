@@ -1,0 +1,100 @@
+"""`modformer knowledge-pretrained {ladder,edit,repair,report} [CONFIG] [key=value ...] --out DIR`:
+the knowledge base on a pretrained Llama (the packaged SmolLM2 by default, `model=FOLDER` for
+any local one). Each experiment appends its records to DIR and skips what is recorded already;
+`report` (and `modformer report DIR`) writes DIR/report.md and its plots from the records alone."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import yaml
+
+from ...commands import Command, ReportWriter, describe_parser, register, register_report
+from ...configtools import apply_override, describe, from_dict, key_lines
+from ...errors import ConfigError, ModformerError
+from ...pretrained_kb.edits import EditRunConfig
+from ...pretrained_kb.ladder import LadderConfig
+from ...pretrained_kb.repair import RepairConfig
+
+CONFIGS = {"ladder": LadderConfig, "edit": EditRunConfig, "repair": RepairConfig}
+RECORDS = ("ladder.jsonl", "edits.jsonl", "repair.jsonl")
+
+
+def _settings(overrides: list[str]) -> dict:
+    """A YAML config (the first argument, when it names a file) with dotted overrides on top."""
+    data: dict = {}
+    if overrides and "=" not in overrides[0]:
+        path = Path(overrides.pop(0))
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except (OSError, yaml.YAMLError) as e:
+            raise ConfigError(f"cannot read the config {path}: {str(e).splitlines()[0]}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: expected a mapping of config keys")
+    for assignment in overrides:
+        apply_override(data, assignment)
+    return data
+
+
+def _run(args: argparse.Namespace) -> int:
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything here is local; no minute of hub retries
+    from ...pretrained_kb.report import write_report
+
+    out = Path(args.out)
+    if args.experiment != "report":
+        cfg = from_dict(CONFIGS[args.experiment], _settings(list(args.overrides)))
+        if args.experiment == "ladder":
+            from ...pretrained_kb.ladder import run_ladder
+            run_ladder(cfg, out)
+        elif args.experiment == "edit":
+            from ...pretrained_kb.edits import run_edits
+            run_edits(cfg, out)
+        else:
+            from ...pretrained_kb.repair import run_repair
+            run_repair(cfg, out)
+    elif not _holds(out):
+        raise ModformerError(f"{out} holds no records of a ladder, edit or repair run ({', '.join(RECORDS)})")
+    path = write_report(out)
+    print(f"\n{path.read_text()}\nreport: {path}")
+    return 0
+
+
+def _help() -> str:
+    lines = []
+    for name, cls in CONFIGS.items():
+        lines += [f"{name} keys:", *key_lines(describe(cls, "")), ""]
+    return "\n".join(lines)
+
+
+def knowledge_pretrained_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments and handler of `modformer knowledge-pretrained`."""
+    describe_parser(p, "ladder: every FFN over ONE shared base E of several sizes, against each layer's own base "
+                       "and per-layer low-rank FFNs of the same budget (held-out perplexity, known facts); edit: "
+                       "edit capital facts through E alone against fine-tuning one down projection or every FFN "
+                       "(efficacy, generalisation, specificity, perplexity); repair: train E (or E and the maps) "
+                       "after compression; report: report.md and plots from the records. A stopped run continues.",
+                    _help())
+    p.add_argument("experiment", choices=[*CONFIGS, "report"])
+    p.add_argument("overrides", nargs="*", metavar="[CONFIG] key=value",
+                   help="a YAML file of config keys (below), then dotted overrides, e.g. sizes=[1,5]")
+    p.add_argument("--out", required=True, help="experiment folder (records, report.md, plots)")
+    p.set_defaults(func=_run)
+
+
+def _holds(folder: Path) -> bool:
+    return any((folder / name).is_file() for name in RECORDS)
+
+
+def _write(folder: Path) -> Path:
+    from ...pretrained_kb.report import write_report
+
+    return write_report(folder)
+
+
+register(Command("knowledge-pretrained", "the knowledge base on a pretrained Llama: compression ladder, fact "
+                                         "editing, repair", knowledge_pretrained_arguments,
+                 aliases=("kb-pretrained",)))
+register_report(ReportWriter("a pretrained knowledge-base experiment", _holds, _write))

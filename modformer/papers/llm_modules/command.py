@@ -1,0 +1,73 @@
+"""`modformer llm-modules CONFIG`: run an LLM-Modules experiment (every arm x seed) and write
+its report; `modformer report DIR` rewrites the report of such a folder."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ...bridge.modules_config import ModulesConfig, load_modules_config
+from ...commands import Command, ReportWriter, describe_parser, register, register_report
+from ...configtools import describe, key_lines
+from ...errors import ModformerError
+
+
+def _run(args: argparse.Namespace) -> int:
+    from ...bridge.experiment import ModulesExperiment  # transformers is imported only when an experiment runs
+    from ...bridge.modules_report import write_modules_report
+
+    cfg = load_modules_config(args.config, args.overrides)
+    out = Path(args.out) if args.out else Path("runs") / "llm_modules" / Path(args.config).stem
+    ModulesExperiment(cfg, out).run()
+    path = write_modules_report(out)
+    print(f"\n{path.read_text()}\nexperiment: {out}\nreport: {path}")
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from ...bridge.modules_report import write_modules_report
+
+    print("modformer: modules-report is now `modformer report DIR`", file=sys.stderr)
+    if not _holds(Path(args.out)):
+        raise ModformerError(f"{args.out} is not an LLM-Modules experiment folder (no config.yaml and split.json)")
+    path = write_modules_report(Path(args.out))
+    print(path.read_text() if args.print else f"report: {path}")
+    return 0
+
+
+def llm_modules_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments and handler of `modformer llm-modules`."""
+    describe_parser(p, "Train the student alone, with bridges to the real teacher, with bridges to matched noise "
+                       "(the random-teacher control), distilled from the teacher, and with the reference's leaky "
+                       "bridge, on the same data and seeds; score held-out items by exact match of generated "
+                       "answers. Run the same command again to continue a stopped experiment.",
+                    "\n".join(["config keys:", *key_lines(describe(ModulesConfig, ""))]))
+    p.add_argument("config", help="YAML experiment config (sections teacher, student, bridge, data, train)")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. train.steps=100")
+    p.add_argument("--out", help="experiment folder (default: runs/llm_modules/<config name>)")
+    p.set_defaults(func=_run)
+
+
+def modules_report_arguments(p: argparse.ArgumentParser) -> None:
+    """`modformer modules-report DIR`, kept for old command lines: `modformer report DIR`."""
+    describe_parser(p, "Write report.md and curves.png of an experiment folder (now `modformer report DIR`).")
+    p.add_argument("out", help="an experiment folder")
+    p.add_argument("--print", action="store_true", help="also print the report")
+    p.set_defaults(func=_report)
+
+
+def _holds(folder: Path) -> bool:
+    return (folder / "split.json").is_file() and (folder / "config.yaml").is_file()
+
+
+def _write(folder: Path) -> Path:
+    from ...bridge.modules_report import write_modules_report
+
+    return write_modules_report(folder)
+
+
+register(Command("llm-modules", "LLM Modules: a frozen teacher feeds a student through bridges; every arm x seed, "
+                                "one report", llm_modules_arguments, aliases=("modules",)))
+register(Command("modules-report", "", modules_report_arguments))  # old name of `modformer report DIR`
+register_report(ReportWriter("an LLM-Modules experiment", _holds, _write))
