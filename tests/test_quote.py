@@ -214,7 +214,7 @@ def test_a_file_without_quotes_or_missing_is_refused(tmp_path):
 
 @pytest.mark.parametrize("page", ["README.md", "results/random_attention/README.md", "docs/getting-started.md",
                                   "results/random_attention/LOG.md", "results/knowledge/LOG.md",
-                                  "results/knowledge/README.md", "results/bench/README.md",
+                                  "results/knowledge/README.md", "results/bench/README.md", "results/bench/LOG.md",
                                   "results/llm_modules/README.md"]
                          + sorted(p.relative_to(ROOT).as_posix() for p in ROOT.glob("results/*/*/README.md")
                                   if "<!--q " in p.read_text()))
