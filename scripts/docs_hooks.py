@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import posixpath
 import re
 from pathlib import Path
 
@@ -74,10 +75,11 @@ def _github_links(markdown: str, folder: Path, files: Files) -> str:
 
     def link(match: re.Match) -> str:
         text, target, anchor = match.group(1), match.group(2), match.group(3) or ""
-        if target and "://" not in target and files.get_file_from_path((folder / target).as_posix()) is None:
+        at = lambda path: posixpath.normpath((folder / path).as_posix())  # noqa: E731  (`..` resolved, as mkdocs does)
+        if target and "://" not in target and files.get_file_from_path(at(target)) is None:
             readme = f"{target.rstrip('/')}/README.md"
-            if files.get_file_from_path((folder / readme).as_posix()) is None:
-                return f"{text} (`{(folder / target).as_posix()}/`)"  # a folder of records, not on the site
+            if files.get_file_from_path(at(readme)) is None:
+                return f"{text} (`{at(target)}/`)"  # a folder of records, not on the site
             target = readme
         if not target and anchor[1:] not in headings:  # GitHub numbers a repeated heading's anchor -1,
             anchor = re.sub(r"-(\d+)$", r"_\1", anchor)  # Python-Markdown _1 (not a heading ending in a number)

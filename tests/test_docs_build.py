@@ -85,6 +85,23 @@ def test_a_heading_that_ends_in_a_number_keeps_its_anchor():
     assert "[a](#retrieval-table-1-figure-2)" in out and "[b](#notes_1)" in out
 
 
+def test_a_link_up_a_folder_reaches_its_page():
+    """`../bench/LOG.md` from a results page is the site's results/bench/LOG.md, a link; a
+    folder of records that is no page becomes its path in words."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        from docs_hooks import _github_links
+    finally:
+        sys.path.pop(0)
+
+    class Files:
+        def get_file_from_path(self, path):
+            return object() if path == "results/bench/LOG.md" else None
+
+    out = _github_links("[speed](../bench/LOG.md#x) [runs](../bench/runs)", Path("results/random_attention"), Files())
+    assert "[speed](../bench/LOG.md#x)" in out and "(`results/bench/runs/`)" in out
+
+
 def test_mkdocs_serve_starts(tmp_path):
     """The README's `mkdocs serve` serves the site (tutorials not executed, to be quick)."""
     with socket.socket() as s:
