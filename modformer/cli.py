@@ -14,8 +14,8 @@ from . import variants as _variants  # noqa: F401  (registers the variants)
 from .analysis import signal_arguments
 from .analysis_commands import attention_arguments, usage_arguments
 from .bench import bench_arguments
-from .bridge.packaged import NAME as PACKAGED_TEACHER
-from .bridge.packaged import packaged_teacher_folder
+from .interop.packaged import NAME as PACKAGED_TEACHER
+from .interop.packaged import packaged_teacher_folder
 from .config import RunConfig, load_config
 from .commands import COMMANDS, REPORT_WRITERS, Command, describe_parser
 from .configtools import describe, field_help, key_lines

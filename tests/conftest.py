@@ -48,7 +48,7 @@ def tiny_config():
 def tiny_teacher(tmp_path_factory):
     """A local folder holding a 2-layer random Llama and a word-level tokenizer of the facts and
     corpus: the modules tests' teacher (no download)."""
-    from modformer.bridge.facts import all_facts
+    from modformer.data.facts import all_facts
     from modules_fixtures import CORPUS
 
     transformers = pytest.importorskip("transformers")

@@ -3,7 +3,7 @@ trains for a few steps (the teacher it reads is conftest's `tiny_teacher` fixtur
 
 from __future__ import annotations
 
-from modformer.bridge.modules_config import load_modules_config
+from modformer.papers.llm_modules.config import load_modules_config
 
 CORPUS = ["the cat sat on the mat", "a dog ran in the park", "the sun is hot and bright", "we like to read books",
           "rain falls on the green hills", "the sea is deep and blue"]

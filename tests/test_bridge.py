@@ -7,7 +7,8 @@ import torch
 from modformer.errors import ModformerError
 from modformer.model.hooks import HookPoint, capture, hooked
 
-from modformer.bridge import EnhancedCrossAttention, causal_visibility, leaky_visibility, offset_visibility
+from modformer.data.alignment import causal_visibility, leaky_visibility, offset_visibility
+from modformer.model.cross_attention import EnhancedCrossAttention
 
 
 def bridge(d_s=16, d_t=24, heads=4):
@@ -83,7 +84,7 @@ def tiny_llama(layers=3):
 
 
 def test_teacher_layers_match_hugging_face_for_our_model_too():
-    from modformer.bridge.teacher import Teacher
+    from modformer.interop.teacher import Teacher
     from modformer.interop.hf_llama import from_hf_llama
 
     hf = tiny_llama().eval()
@@ -94,7 +95,7 @@ def test_teacher_layers_match_hugging_face_for_our_model_too():
 
 
 def test_teacher_is_frozen_for_good():
-    from modformer.bridge.teacher import Teacher
+    from modformer.interop.teacher import Teacher
 
     hf = tiny_llama()
     teacher = Teacher(hf.train(), layer=2)
@@ -110,8 +111,8 @@ def test_teacher_is_frozen_for_good():
 
 @pytest.mark.parametrize("dtype", ["float32", "bf16"])
 def test_cache_returns_the_states_the_teacher_computes(tmp_path, dtype):
-    from modformer.bridge.cache import TeacherStateCache
-    from modformer.bridge.teacher import Teacher
+    from modformer.interop.teacher_cache import TeacherStateCache
+    from modformer.interop.teacher import Teacher
 
     teacher = Teacher(tiny_llama().eval(), layer=2)
     g = torch.Generator().manual_seed(0)
@@ -149,7 +150,7 @@ def test_cache_returns_the_states_the_teacher_computes(tmp_path, dtype):
 
 
 def test_teacher_layer_must_exist():
-    from modformer.bridge.teacher import Teacher
+    from modformer.interop.teacher import Teacher
 
     with pytest.raises(ModformerError, match="teacher layer 4 does not exist"):
         Teacher(tiny_llama(layers=3), layer=4)
@@ -158,7 +159,7 @@ def test_teacher_layer_must_exist():
 
 def bridged(places=("input", "block_1")):
     from modformer import build_model
-    from modformer.bridge.student import BridgedStudent
+    from modformer.model.bridged import BridgedStudent
     from modformer.model.config import ModelConfig
 
     student = build_model(ModelConfig(vocab_size=100, d_model=16, n_layers=2, n_heads=2, max_seq_len=32), seed=0)
@@ -180,7 +181,7 @@ def test_combined_model_with_gates_at_zero_is_the_student_alone():
 def test_combined_model_is_causal_in_the_text_and_the_leaky_bridge_is_not():
     """The whole path: text -> frozen teacher -> bridge -> student logits. Changing the text
     after position 3 leaves the logits at positions 0..3 unchanged, unless the bridge leaks."""
-    from modformer.bridge.teacher import Teacher
+    from modformer.interop.teacher import Teacher
 
     teacher = Teacher(tiny_llama(layers=2).eval(), layer=-1)
     _, combined = bridged()
@@ -234,9 +235,9 @@ def test_the_cache_key_holds_the_teachers_precision(tmp_path, monkeypatch):
     as the other (with `auto`, which one depends on the machine)."""
     import json
 
-    from modformer.bridge import cache as cache_module
-    from modformer.bridge.cache import TeacherStateCache
-    from modformer.bridge.teacher import Teacher
+    from modformer.interop import teacher_cache as cache_module
+    from modformer.interop.teacher_cache import TeacherStateCache
+    from modformer.interop.teacher import Teacher
 
     teacher = Teacher(tiny_llama().eval(), layer=2)
     g = torch.Generator().manual_seed(0)
@@ -262,8 +263,8 @@ def test_the_cache_key_holds_the_layer_and_the_kept_states(tmp_path):
     """Two caches that differ only in the teacher layer read, or only in how many states of each
     row are kept, have different keys: a folder holding one is rebuilt for the other, never read
     as it (the states of layer 1 are not layer 2's)."""
-    from modformer.bridge.cache import TeacherStateCache, fingerprint
-    from modformer.bridge.teacher import Teacher
+    from modformer.interop.teacher_cache import TeacherStateCache, fingerprint
+    from modformer.interop.teacher import Teacher
 
     g = torch.Generator().manual_seed(0)
     rows = [torch.randint(0, 100, (n,), generator=g) for n in (5, 9, 3)]

@@ -78,7 +78,7 @@ def test_every_shipped_config_loads(path):
 
     data = yaml.safe_load(Path(path).read_text())
     if "arms" in data:  # an LLM-Modules experiment
-        from modformer.bridge.modules_config import load_modules_config
+        from modformer.papers.llm_modules.config import load_modules_config
 
         load_modules_config(path)
     elif "sweep" in data:

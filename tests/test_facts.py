@@ -2,7 +2,7 @@
 
 import pytest
 
-from modformer.bridge.facts import TEMPLATES, Fact, all_facts, first_word
+from modformer.data.facts import TEMPLATES, Fact, all_facts, first_word
 
 
 def test_every_fact_is_well_formed_and_unique():
@@ -21,8 +21,8 @@ def test_first_word(text, word):
 def test_packaged_teacher_knows_some_facts():
     """SmolLM2-135M-Instruct (MODFORMER_TEACHER=1 bash scripts/setup.sh): measured here, it
     completes 125 of the 221 facts; Germany's capital is among them."""
-    from modformer.bridge.facts import known_facts
-    from modformer.bridge.packaged import load_teacher
+    from modformer.data.facts import known_facts
+    from modformer.interop.packaged import load_teacher
 
     pytest.importorskip("gguf")
     model, tokenizer = load_teacher()

@@ -10,12 +10,12 @@ import pytest
 import torch
 import yaml
 
-from modformer.bridge.arm_run import ArmRun
-from modformer.bridge.arms import ARMS
-from modformer.bridge.generation import LiveTeacher
-from modformer.bridge.modules_config import load_modules_config
-from modformer.bridge.teacher import Teacher
-from modformer.bridge.texts import arithmetic_answer, arithmetic_items, load_corpus, split_items, worked_sum
+from modformer.papers.llm_modules.arm_run import ArmRun
+from modformer.papers.llm_modules.arms import ARMS
+from modformer.papers.llm_modules.generation import LiveTeacher
+from modformer.papers.llm_modules.config import load_modules_config
+from modformer.interop.teacher import Teacher
+from modformer.papers.llm_modules.texts import arithmetic_answer, arithmetic_items, load_corpus, split_items, worked_sum
 from modformer.errors import ConfigError
 from modformer.tasks.base import IGNORE
 from modules_fixtures import tiny_config
@@ -23,7 +23,7 @@ from modules_fixtures import tiny_config
 @pytest.fixture(scope="module")
 def prepared(tiny_teacher, tmp_path_factory):
     """An experiment with its items, vocabulary and teacher states ready (shared: runs only read it)."""
-    from modformer.bridge.experiment import ModulesExperiment
+    from modformer.papers.llm_modules.experiment import ModulesExperiment
 
     folder = tmp_path_factory.mktemp("prepared")
     with pytest.MonkeyPatch.context() as mp:
@@ -161,8 +161,8 @@ def test_generation_reads_the_same_teacher_states_as_a_full_forward_pass(prepare
 
 
 def test_experiment_runs_reports_and_continues_without_redoing_runs(tiny_teacher, tmp_path, monkeypatch):
-    from modformer.bridge.experiment import ModulesExperiment
-    from modformer.bridge.modules_report import write_modules_report
+    from modformer.papers.llm_modules.experiment import ModulesExperiment
+    from modformer.papers.llm_modules.report import write_modules_report
 
     monkeypatch.setenv("MODFORMER_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "out"
@@ -194,7 +194,7 @@ def test_experiment_runs_reports_and_continues_without_redoing_runs(tiny_teacher
 
 
 def test_a_second_experiment_in_a_busy_folder_is_refused_before_it_writes(tiny_teacher, tmp_path, monkeypatch):
-    from modformer.bridge.experiment import LOCK_FILE, ModulesExperiment
+    from modformer.papers.llm_modules.experiment import LOCK_FILE, ModulesExperiment
     from modformer.lock import FolderBusy, take_lock
 
     monkeypatch.setenv("MODFORMER_CACHE", str(tmp_path / "cache"))
@@ -211,7 +211,7 @@ def test_a_second_experiment_in_a_busy_folder_is_refused_before_it_writes(tiny_t
 
 def test_a_corpus_of_conversations_is_read_as_turns(tiny_teacher, tmp_path, monkeypatch):
     """The paper's data layout (Bespoke-Stratos-17k: a conversation per row) as the corpus."""
-    from modformer.bridge.experiment import ModulesExperiment
+    from modformer.papers.llm_modules.experiment import ModulesExperiment
 
     monkeypatch.setenv("MODFORMER_CACHE", str(tmp_path / "cache"))
     rows = [{"system": "Think.", "conversations": [{"from": "user", "value": f"the cat sat on mat {i}"},
@@ -261,7 +261,7 @@ def test_worked_sums_and_a_split_that_holds_out_operand_values():
 def test_the_packaged_teacher_runs_every_arm(tmp_path):
     """A few steps of every arm with SmolLM2-135M-Instruct (MODFORMER_TEACHER=1 bash scripts/setup.sh)."""
     pytest.importorskip("gguf")
-    from modformer.bridge.experiment import ModulesExperiment
+    from modformer.papers.llm_modules.experiment import ModulesExperiment
 
     cfg = load_modules_config("configs/experiments/llm_modules_facts.yaml",
                               ["train.steps=4", "train.eval_every=2", "data.corpus_rows=50", "seeds=[0]"])

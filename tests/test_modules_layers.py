@@ -8,12 +8,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from modformer.bridge.arm_run import ArmRun
-from modformer.bridge.arms import ARMS
-from modformer.bridge.cache import TeacherStateCache
-from modformer.bridge.generation import LiveTeacher
-from modformer.bridge.alignment import causal_visibility
-from modformer.bridge.teacher import Teacher
+from modformer.papers.llm_modules.arm_run import ArmRun
+from modformer.papers.llm_modules.arms import ARMS
+from modformer.interop.teacher_cache import TeacherStateCache
+from modformer.papers.llm_modules.generation import LiveTeacher
+from modformer.data.alignment import causal_visibility
+from modformer.interop.teacher import Teacher
 from modformer.errors import ConfigError, ModformerError
 from modules_fixtures import tiny_config
 
@@ -30,7 +30,7 @@ def tiny_llama(layers: int = 3):
 
 
 def prepared(cfg, tmp_path, monkeypatch):
-    from modformer.bridge.experiment import ModulesExperiment
+    from modformer.papers.llm_modules.experiment import ModulesExperiment
 
     monkeypatch.setenv("MODFORMER_CACHE", str(tmp_path / "cache"))
     experiment = ModulesExperiment(cfg, tmp_path / "out", echo=lambda *_: None)
@@ -106,7 +106,7 @@ def test_a_layer_another_process_cached_first_is_used_and_the_others_still_land(
 
 def test_each_bridge_reads_the_states_given_for_its_place():
     from modformer import build_model
-    from modformer.bridge.student import BridgedStudent
+    from modformer.model.bridged import BridgedStudent
     from modformer.model.config import ModelConfig
 
     student = build_model(ModelConfig(vocab_size=100, d_model=16, n_layers=2, n_heads=2, max_seq_len=32), seed=0)
@@ -184,8 +184,8 @@ def test_distill_caches_the_final_layer_when_no_bridge_reads_it(tiny_teacher, tm
 
 
 def test_experiment_with_two_layers_runs_every_arm_and_says_so(tiny_teacher, tmp_path, monkeypatch):
-    from modformer.bridge.experiment import ModulesExperiment
-    from modformer.bridge.modules_report import write_modules_report
+    from modformer.papers.llm_modules.experiment import ModulesExperiment
+    from modformer.papers.llm_modules.report import write_modules_report
 
     monkeypatch.setenv("MODFORMER_CACHE", str(tmp_path / "cache"))
     lines = []
@@ -206,7 +206,7 @@ def test_experiment_with_two_layers_runs_every_arm_and_says_so(tiny_teacher, tmp
 
 
 def test_bad_layer_choices_are_refused_before_any_work(tiny_teacher, tmp_path, monkeypatch):
-    from modformer.bridge.experiment import ModulesExperiment
+    from modformer.papers.llm_modules.experiment import ModulesExperiment
 
     with pytest.raises(ConfigError, match="one teacher layer per bridge place"):
         tiny_config(tiny_teacher, "bridge.places=[input,block_1]", "bridge.teacher_layers=[1]")

@@ -13,12 +13,12 @@ import pytest
 import torch
 import yaml
 
-from modformer.bridge.arm_run import ArmRun
-from modformer.bridge.arms import ARMS
-from modformer.bridge.generation import LiveTeacher
-from modformer.bridge.modules_config import load_modules_config
-from modformer.bridge.pairing import TwoTokenizers, as_tensor, key_mask
-from modformer.bridge.stratos import boxed_answer, stratos_items
+from modformer.papers.llm_modules.arm_run import ArmRun
+from modformer.papers.llm_modules.arms import ARMS
+from modformer.papers.llm_modules.generation import LiveTeacher
+from modformer.papers.llm_modules.config import load_modules_config
+from modformer.data.pairing import TwoTokenizers, as_tensor, key_mask
+from modformer.papers.llm_modules.stratos import boxed_answer, stratos_items
 from modformer.configtools import to_dict
 from modformer.data.tokenizer import train_bpe
 from modformer.errors import ConfigError, ModformerError
@@ -131,7 +131,7 @@ def test_stratos_rows_become_problems_held_out_whole_with_their_boxed_answers(tm
 def test_the_paper_setting_runs_offline_on_a_tiny_qwen2_and_gpt_neo(paper_setting, tmp_path, monkeypatch):
     """`modformer modules` on the paper's config: every arm trains and is reported; problems are
     held out whole; the bridge is causal across the two tokenizers; the teacher stays frozen."""
-    from modformer.bridge.experiment import ModulesExperiment
+    from modformer.papers.llm_modules.experiment import ModulesExperiment
     from modformer.cli import main
 
     monkeypatch.setenv("MODFORMER_CACHE", str(tmp_path / "cache"))
@@ -186,7 +186,7 @@ def test_the_paper_setting_runs_offline_on_a_tiny_qwen2_and_gpt_neo(paper_settin
 
 
 def test_a_problem_limit_that_leaves_nothing_is_one_clear_error(paper_setting, tmp_path, monkeypatch):
-    from modformer.bridge.experiment import ModulesExperiment
+    from modformer.papers.llm_modules.experiment import ModulesExperiment
 
     monkeypatch.setenv("MODFORMER_CACHE", str(tmp_path / "cache"))
     cfg = load_modules_config(CONFIG, paper_overrides(paper_setting, "data.max_item_tokens=3"))

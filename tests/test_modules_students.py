@@ -8,11 +8,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from modformer.bridge.arm_run import ArmRun
-from modformer.bridge.arms import ARMS
-from modformer.bridge.generation import LiveTeacher
-from modformer.bridge.pairing import TwoTokenizers, as_tensor, key_mask
-from modformer.bridge.teacher import Teacher
+from modformer.papers.llm_modules.arm_run import ArmRun
+from modformer.papers.llm_modules.arms import ARMS
+from modformer.papers.llm_modules.generation import LiveTeacher
+from modformer.data.pairing import TwoTokenizers, as_tensor, key_mask
+from modformer.interop.teacher import Teacher
 from modformer.data.tokenizer import train_bpe
 from modformer.errors import ConfigError
 from modformer.model.hooks import capture, hook_names
@@ -26,7 +26,7 @@ OWN = ["student.tokenizer=bpe:300", "student.embeddings=random", "student.d_mode
 @pytest.fixture(scope="module")
 def hf_student(tmp_path_factory):
     """A folder holding a 2-layer Llama with its own byte-level BPE: the "pretrained" student."""
-    from modformer.bridge.facts import all_facts
+    from modformer.data.facts import all_facts
 
     folder = tmp_path_factory.mktemp("student")
     bpe = train_bpe([f.text for f in all_facts()] + CORPUS, 300)
@@ -41,7 +41,7 @@ def hf_student(tmp_path_factory):
 
 
 def prepared(cfg, tmp_path, monkeypatch):
-    from modformer.bridge.experiment import ModulesExperiment
+    from modformer.papers.llm_modules.experiment import ModulesExperiment
 
     monkeypatch.setenv("MODFORMER_CACHE", str(tmp_path / "cache"))
     experiment = ModulesExperiment(cfg, tmp_path / "out", echo=lambda *_: None)
@@ -102,7 +102,7 @@ def test_the_bridge_is_causal_and_the_leaky_one_is_not(tiny_teacher, tmp_path, m
 
 
 def test_own_tokenizer_experiment_runs_the_arms_it_allows(tiny_teacher, tmp_path, monkeypatch):
-    from modformer.bridge.experiment import ModulesExperiment
+    from modformer.papers.llm_modules.experiment import ModulesExperiment
 
     monkeypatch.setenv("MODFORMER_CACHE", str(tmp_path / "cache"))
     cfg = tiny_config(tiny_teacher, *OWN)
@@ -151,7 +151,7 @@ def test_hugging_face_student_fine_tunes_its_weights_and_scratch_starts_fresh(ti
 
 
 def test_hugging_face_student_experiment_runs_end_to_end(tiny_teacher, hf_student, tmp_path, monkeypatch):
-    from modformer.bridge.experiment import ModulesExperiment
+    from modformer.papers.llm_modules.experiment import ModulesExperiment
 
     monkeypatch.setenv("MODFORMER_CACHE", str(tmp_path / "cache"))
     cfg = tiny_config(tiny_teacher, f"student.model={hf_student}", "arms=[scratch,teacher]")
@@ -178,8 +178,8 @@ def test_a_modformer_model_pretrained_here_is_exported_and_fine_tuned_as_a_stude
     """The offline fine-tuned baseline's path: a language model trained with `modformer train`,
     exported with `modformer convert --to ffn --hf` (its tokenizer copied), read by
     `modformer modules` as a pretrained Hugging Face student with its own tokenizer."""
-    from modformer.bridge.experiment import ModulesExperiment
-    from modformer.bridge.modules_report import write_modules_report
+    from modformer.papers.llm_modules.experiment import ModulesExperiment
+    from modformer.papers.llm_modules.report import write_modules_report
     from modformer.cli import main
     from modformer.config import load_config
     from modformer.train.trainer import Trainer
@@ -209,7 +209,7 @@ def test_a_modformer_model_pretrained_here_is_exported_and_fine_tuned_as_a_stude
 
 def test_tied_hugging_face_student_checkpoints_and_restores(tmp_path):
     """A student whose head is its embedding (one tensor under two names) saves and loads."""
-    from modformer.bridge.hf_student import HFStudent
+    from modformer.interop.hf_student import HFStudent
     from modformer.train.checkpoint import load_model_state, read_checkpoint, save_checkpoint
 
     def student(seed):
@@ -231,7 +231,7 @@ def test_generated_text_keeps_its_spaces_with_a_sentencepiece_style_student(tiny
     is decoded after the prompt, so it aligns exactly as the finished text does."""
     import tokenizers
 
-    from modformer.bridge.facts import all_facts
+    from modformer.data.facts import all_facts
 
     tok = tokenizers.Tokenizer(tokenizers.models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = tokenizers.pre_tokenizers.Metaspace()
@@ -263,7 +263,7 @@ def test_where_the_teacher_splits_a_word_after_a_position_does_not_reach_it():
     teacher keeps "Paris" whole but splits "Pablo" as "Pa" + ..., so after the student's "Pa"
     the offset rule shows a teacher token for "Pablo" and none for "Paris". The exact rule
     shows both the teacher's tokens of "Pa" itself."""
-    from modformer.bridge.alignment import offset_visibility
+    from modformer.data.alignment import offset_visibility
 
     teacher = train_bpe(["Paris"] * 50 + ["Pablo"] * 2, 262).tokenizer  # merges up to "Paris" only
     student = train_bpe(["x"], 258).tokenizer  # bytes: one token per character

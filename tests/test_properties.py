@@ -195,7 +195,7 @@ def test_memorization_capacity_is_bits_per_trainable_parameter():
 
 def test_the_ladders_budget_counts_every_coefficient_map_of_a_built_shared_base():
     from modformer.knowledge.fold import unfold_model_approximate
-    from modformer.pretrained_kb.ladder import coefficient_parameters
+    from modformer.papers.knowledge.ladder import coefficient_parameters
 
     d, d_ff, L, n_entries, d_entry = 16, 48, 2, 32, 24
     model = build_model(ModelConfig(vocab_size=30, max_seq_len=8, d_model=d, n_heads=2, n_layers=L, d_ff=d_ff),

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import torch
 
-from ..bridge.cache import TeacherStateCache
-from ..bridge.teacher import Teacher
+from ..interop.teacher_cache import TeacherStateCache
+from ..interop.teacher import Teacher
 from ..model.config import ModelConfig
 from ..precision import autocast, native_bf16, resolve_precision
 from ..variants import build_model

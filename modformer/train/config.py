@@ -1,7 +1,7 @@
 """The training settings: `LoopConfig`, what the one training loop (`train/loop.py`) reads,
 and `TrainConfig`, the `train` section of a run config, which adds what a run of a task
 needs. The LLM-Modules experiment's `train` section extends `LoopConfig` too
-(`bridge/modules_config.py`)."""
+(`papers/llm_modules/config.py`)."""
 
 from __future__ import annotations
 

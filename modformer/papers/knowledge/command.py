@@ -13,9 +13,9 @@ import yaml
 from ...commands import Command, ReportWriter, describe_parser, register, register_report
 from ...configtools import apply_override, describe, from_dict, key_lines
 from ...errors import ConfigError, ModformerError
-from ...pretrained_kb.edits import EditRunConfig
-from ...pretrained_kb.ladder import LadderConfig
-from ...pretrained_kb.repair import RepairConfig
+from .edits import EditRunConfig
+from .ladder import LadderConfig
+from .repair import RepairConfig
 
 CONFIGS = {"ladder": LadderConfig, "edit": EditRunConfig, "repair": RepairConfig}
 RECORDS = ("ladder.jsonl", "edits.jsonl", "repair.jsonl")
@@ -41,19 +41,19 @@ def _run(args: argparse.Namespace) -> int:
     import os
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything here is local; no minute of hub retries
-    from ...pretrained_kb.report import write_report
+    from .report import write_report
 
     out = Path(args.out)
     if args.experiment != "report":
         cfg = from_dict(CONFIGS[args.experiment], _settings(list(args.overrides)))
         if args.experiment == "ladder":
-            from ...pretrained_kb.ladder import run_ladder
+            from .ladder import run_ladder
             run_ladder(cfg, out)
         elif args.experiment == "edit":
-            from ...pretrained_kb.edits import run_edits
+            from .edits import run_edits
             run_edits(cfg, out)
         else:
-            from ...pretrained_kb.repair import run_repair
+            from .repair import run_repair
             run_repair(cfg, out)
     elif not _holds(out):
         raise ModformerError(f"{out} holds no records of a ladder, edit or repair run ({', '.join(RECORDS)})")
@@ -89,7 +89,7 @@ def _holds(folder: Path) -> bool:
 
 
 def _write(folder: Path) -> Path:
-    from ...pretrained_kb.report import write_report
+    from .report import write_report
 
     return write_report(folder)
 

@@ -7,15 +7,15 @@ import argparse
 import sys
 from pathlib import Path
 
-from ...bridge.modules_config import ModulesConfig, load_modules_config
+from .config import ModulesConfig, load_modules_config
 from ...commands import Command, ReportWriter, describe_parser, register, register_report
 from ...configtools import describe, key_lines
 from ...errors import ModformerError
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ...bridge.experiment import ModulesExperiment  # transformers is imported only when an experiment runs
-    from ...bridge.modules_report import write_modules_report
+    from .experiment import ModulesExperiment  # transformers is imported only when an experiment runs
+    from .report import write_modules_report
 
     cfg = load_modules_config(args.config, args.overrides)
     out = Path(args.out) if args.out else Path("runs") / "llm_modules" / Path(args.config).stem
@@ -26,7 +26,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from ...bridge.modules_report import write_modules_report
+    from .report import write_modules_report
 
     print("modformer: modules-report is now `modformer report DIR`", file=sys.stderr)
     if not _holds(Path(args.out)):
@@ -62,7 +62,7 @@ def _holds(folder: Path) -> bool:
 
 
 def _write(folder: Path) -> Path:
-    from ...bridge.modules_report import write_modules_report
+    from .report import write_modules_report
 
     return write_modules_report(folder)
 

@@ -17,7 +17,7 @@ from typing import Mapping, Sequence
 import torch
 from torch import nn
 
-from ..model.hooks import hook_names, hooked
+from .hooks import hook_names, hooked
 from .cross_attention import EnhancedCrossAttention
 
 

@@ -25,13 +25,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..bridge.facts import Fact
-from ..bridge.packaged import NAME
-from ..configtools import option
-from ..errors import ModformerError
-from ..knowledge.editing import EditConfig, Request, answered, continuations, edit, measure
-from ..knowledge.fold import fold_model, unfold_model_approximate
-from ..model.hooks import capture
+from ...data.facts import Fact
+from ...interop.packaged import NAME
+from ...configtools import option
+from ...errors import ModformerError
+from ...knowledge.editing import EditConfig, Request, answered, continuations, edit, measure
+from ...knowledge.fold import fold_model, unfold_model_approximate
+from ...model.hooks import capture
 from .known import known_fact_list
 from .loading import EditFact, edit_facts, fact_requests, load_pretrained, request, text_blocks
 from .records import append_record, done_keys

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..errors import ModformerError
-from ..tasks.base import IGNORE
-from .cache import TeacherStateCache
-from .pairing import Encoded, as_tensor, gather_keys, key_mask
+from ...errors import ModformerError
+from ...tasks.base import IGNORE
+from ...interop.teacher_cache import TeacherStateCache
+from ...data.pairing import Encoded, as_tensor, gather_keys, key_mask
 from .texts import Item
 
 

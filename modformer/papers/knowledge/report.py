@@ -8,9 +8,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from ..figures import plt, save_figure
-from ..files import atomic_write_text
-from ..stats import summarize
+from ...figures import plt, save_figure
+from ...files import atomic_write_text
+from ...stats import summarize
 from .records import read_records
 
 _ARM_NAMES = {"original": "original model", "shared": "one shared base E", "own": "each layer its own base",

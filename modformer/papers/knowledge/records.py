@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..files import durable_append
-from ..version import code_version
+from ...files import durable_append
+from ...version import code_version
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:

@@ -28,12 +28,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..bridge.packaged import NAME
-from ..configtools import option
-from ..errors import ModformerError
-from ..knowledge.editing import Request, answered, perplexity
-from ..knowledge.fold import fold, fold_model, unfold_approximate, unfold_model_approximate
-from ..model.transformer import Transformer
+from ...interop.packaged import NAME
+from ...configtools import option
+from ...errors import ModformerError
+from ...knowledge.editing import Request, answered, perplexity
+from ...knowledge.fold import fold, fold_model, unfold_approximate, unfold_model_approximate
+from ...model.transformer import Transformer
 from .known import known_fact_list
 from .loading import Pretrained, fact_requests, load_pretrained, text_blocks
 from .records import append_record, done_keys

@@ -18,7 +18,7 @@ The group of an item is its problem's text, so a problem asked twice is held out
 
 from __future__ import annotations
 
-from ..errors import ModformerError
+from ...errors import ModformerError
 from .texts import Item
 
 USER, ASSISTANT = "User: ", "\n\nAssistant: "
@@ -43,8 +43,8 @@ def stratos_items(source: str, column: str = "conversations") -> list[Item]:
     """Every conversation of a data source (`bespoke_stratos`, or a local JSONL/Parquet file
     of rows like it) whose first turn is the user's and second the assistant's, as items,
     sorted by text (a reproducible order whatever the source's)."""
-    from ..data.open import open_source
-    from ..data.sources import Columns
+    from ...data.open import open_source
+    from ...data.sources import Columns
 
     try:
         documents = open_source(source, Columns(text=column)).documents()

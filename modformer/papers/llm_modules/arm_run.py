@@ -25,21 +25,21 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..analysis.common import evaluating
-from ..errors import Interrupted, ModformerError
-from ..model.config import ModelConfig
-from ..tasks.base import IGNORE
-from ..train.checkpoint import read_checkpoint, save_checkpoint
-from ..train.loop import TrainingLoop, resolve_device
-from ..train.optim import build_optimizer
-from ..variants import build_model
-from ..version import code_version, machine
+from ...analysis.common import evaluating
+from ...errors import Interrupted, ModformerError
+from ...model.config import ModelConfig
+from ...tasks.base import IGNORE
+from ...train.checkpoint import read_checkpoint, save_checkpoint
+from ...train.loop import TrainingLoop, resolve_device
+from ...train.optim import build_optimizer
+from ...variants import build_model
+from ...version import code_version, machine
 from .arms import ARMS, Arm
 from .dataset import Batch, ModulesData, Rows
 from .generation import generate
-from .hf_student import load_hf_student
-from .modules_config import ModulesConfig
-from .student import BridgedStudent
+from ...interop.hf_student import load_hf_student
+from .config import ModulesConfig
+from ...model.bridged import BridgedStudent
 
 
 @dataclass

@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..bridge.facts import Fact
-from ..files import atomic_write_text
-from ..version import code_version, machine
+from ...data.facts import Fact
+from ...files import atomic_write_text
+from ...version import code_version, machine
 from .loading import Pretrained, the_known_facts
 
 

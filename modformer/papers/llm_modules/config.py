@@ -10,13 +10,13 @@ from typing import Any, Sequence
 
 import yaml
 
-from ..config import read_yaml
-from ..configtools import apply_override, from_dict, option, to_dict
-from ..errors import ConfigError
-from ..precision import PRECISIONS
-from ..train.config import LoopConfig
+from ...config import read_yaml
+from ...configtools import apply_override, from_dict, option, to_dict
+from ...errors import ConfigError
+from ...precision import PRECISIONS
+from ...train.config import LoopConfig
 from .arms import ARMS
-from .packaged import NAME as PACKAGED_TEACHER
+from ...interop.packaged import NAME as PACKAGED_TEACHER
 
 
 @dataclass
@@ -46,7 +46,7 @@ class StudentSection:
               "one; teacher; own (a Hugging Face student's); a local tokenizer.json or tokenizer folder; or bpe:N, a "
               "byte-level BPE of N tokens trained on the training items and corpus (never the held-out items). "
               "With any but the teacher's, each student position reads the teacher's states of the text up to its "
-              "token's end, as the teacher tokenizes that text (modformer/bridge/pairing.py)")
+              "token's end, as the teacher tokenizes that text (modformer/data/pairing.py)")
     n_layers: int = option(2, "student blocks")
     n_heads: int = option(9, "student attention heads; must divide its width")
     d_ff: int | None = option(None, "feed-forward width; null: 4 x width")

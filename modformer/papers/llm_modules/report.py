@@ -10,13 +10,13 @@ from typing import Any
 
 import yaml
 
-from ..configtools import from_dict
-from ..figures import plt, save_figure
-from ..files import atomic_write_text
-from ..stats import summarize
-from ..train.records import read_records
+from ...configtools import from_dict
+from ...figures import plt, save_figure
+from ...files import atomic_write_text
+from ...stats import summarize
+from ...train.records import read_records
 from .arms import ARMS
-from .modules_config import ModulesConfig
+from .config import ModulesConfig
 
 UNIT = (0.0, 1.0)
 POSITIVE = (0.0, float("inf"))

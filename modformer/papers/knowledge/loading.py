@@ -13,15 +13,15 @@ from typing import Any
 
 import torch
 
-from ..bridge.facts import Fact, all_facts, known_facts
-from ..bridge.packaged import NAME, load_teacher
-from ..data.open import open_source
-from ..data.sources import Columns
-from ..errors import ModformerError
-from ..interop.hf_llama import from_hf_llama
-from ..knowledge.editing import EditCase, Request
-from ..model.config import ModelConfig
-from ..model.transformer import Transformer
+from ...data.facts import Fact, all_facts, known_facts
+from ...interop.packaged import NAME, load_teacher
+from ...data.open import open_source
+from ...data.sources import Columns
+from ...errors import ModformerError
+from ...interop.hf_llama import from_hf_llama
+from ...knowledge.editing import EditCase, Request
+from ...model.config import ModelConfig
+from ...model.transformer import Transformer
 
 EDIT_FACTS = Path(__file__).with_name("capital_edits.json")
 
@@ -79,7 +79,7 @@ def fact_requests(tokenizer: Any, facts: list[Fact]) -> list[Request]:
 
 
 def the_known_facts(pre: Pretrained) -> list[Fact]:
-    """The facts of `modformer.bridge.facts` the model completes correctly (greedy generation)."""
+    """The facts of `modformer.data.facts` the model completes correctly (greedy generation)."""
     return known_facts(pre.hf, pre.tokenizer, all_facts())
 
 

@@ -21,8 +21,8 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
-from ..errors import ModformerError
-from .facts import Fact, first_word
+from ...errors import ModformerError
+from ...data.facts import Fact, first_word
 
 
 @dataclass(frozen=True)
@@ -89,8 +89,8 @@ def load_corpus(source: str, rows: int, seed: int, column: str = "text") -> list
     (`modformer list` names them; a local .txt file gives one text per line; table-like
     files and hub datasets are read from `column`), or of the Rotten Tomatoes sentences for
     "movie-reviews"."""
-    from ..data.open import open_source
-    from ..data.sources import Columns
+    from ...data.open import open_source
+    from ...data.sources import Columns
 
     spec = "rotten_tomatoes" if source == "movie-reviews" else source
     try:

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..analysis.common import evaluating
-from ..precision import autocast
+from ...analysis.common import evaluating
+from ...precision import autocast
 from .dataset import Rows
-from .pairing import Encoded, as_tensor, gather_keys, key_mask
+from ...data.pairing import Encoded, as_tensor, gather_keys, key_mask
 
 if TYPE_CHECKING:
     from .arm_run import ArmRun, TeacherParts

@@ -31,26 +31,26 @@ from typing import Any
 import torch
 import yaml
 
-from ..configtools import from_dict, to_dict
-from ..data.tokenizer import TextTokenizer, load_tokenizer, train_bpe
-from ..errors import ModformerError
-from ..files import atomic_write_folder, atomic_write_text, cache_root, output_folder
-from ..lock import take_lock
-from ..precision import resolve_precision
-from ..train.checkpoint import read_checkpoint
-from ..train.loop import resolve_device
-from ..train.records import MetricsLog
+from ...configtools import from_dict, to_dict
+from ...data.tokenizer import TextTokenizer, load_tokenizer, train_bpe
+from ...errors import ModformerError
+from ...files import atomic_write_folder, atomic_write_text, cache_root, output_folder
+from ...lock import take_lock
+from ...precision import resolve_precision
+from ...train.checkpoint import read_checkpoint
+from ...train.loop import resolve_device
+from ...train.records import MetricsLog
 from .arm_run import TeacherParts, build_student, run_arm
 from .arms import ARMS
-from .cache import TeacherStateCache, fingerprint
+from ...interop.teacher_cache import TeacherStateCache, fingerprint
 from .dataset import ModulesData, Vocabulary, encode_corpus, encode_items
-from .facts import all_facts, known_facts
-from .hf_student import load_student_tokenizer
-from .modules_config import ModulesConfig
-from .packaged import load_teacher
-from .pairing import SharedTokenizer, TwoTokenizers
+from ...data.facts import all_facts, known_facts
+from ...interop.hf_student import load_student_tokenizer
+from .config import ModulesConfig
+from ...interop.packaged import load_teacher
+from ...data.pairing import SharedTokenizer, TwoTokenizers
 from .stratos import boxed_answer, stratos_items
-from .teacher import Teacher
+from ...interop.teacher import Teacher
 from .texts import EXTRACT, arithmetic_items, fact_items, load_corpus, split_items
 
 EVAL_ITEMS = 200  # training (and arithmetic held-out) items whose generated answers are scored

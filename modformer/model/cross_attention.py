@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..model.hooks import HookPoint
+from .hooks import HookPoint
 
 
 class EnhancedCrossAttention(nn.Module):

@@ -13,13 +13,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..bridge.packaged import NAME
-from ..configtools import option
-from ..errors import Interrupted, ModformerError
-from ..freeze import matching_parameters
-from ..knowledge.fold import fold_model, unfold_model_approximate
-from ..train.config import LoopConfig
-from ..train.loop import TrainingLoop
+from ...interop.packaged import NAME
+from ...configtools import option
+from ...errors import Interrupted, ModformerError
+from ...freeze import matching_parameters
+from ...knowledge.fold import fold_model, unfold_model_approximate
+from ...train.config import LoopConfig
+from ...train.loop import TrainingLoop
 from .known import known_fact_list
 from .ladder import coefficient_parameters, score
 from .loading import fact_requests, load_pretrained, text_blocks
