@@ -8,6 +8,7 @@ import json
 import pytest
 
 from modformer.cli import main
+from modformer.sweep.kinds import RUN_KINDS
 from modformer.sweep.runner import record_outcome
 from modformer.train.trainer import Trainer
 
@@ -65,6 +66,7 @@ def test_a_run_interrupted_while_finishing_has_no_summary_and_a_sweep_counts_one
     (tmp_path / "runs" / "a").mkdir(parents=True)
     (tmp_path / "runs" / "a" / "summary.json").write_text(json.dumps({"test": {"accuracy": 0.5, "loss": 1.0}}))
     said = []
-    record_outcome(tmp_path, {"run_id": "a", "run_dir": "runs/a"}, 130, tmp_path / "log", said.append)
+    record_outcome(tmp_path, {"run_id": "a", "run_dir": "runs/a"}, 130, tmp_path / "log", said.append,
+                   RUN_KINDS["train"].describe)
     assert said == ["done   a: test accuracy 0.5000, loss 1.0000"]
     assert json.loads((tmp_path / "results.jsonl").read_text())["status"] == "done"

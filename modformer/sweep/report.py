@@ -21,6 +21,7 @@ from ..files import atomic_write_text
 from ..train.mfu import OWN
 from ..train.records import read_records
 from .budget_plot import plot_budget
+from .kinds import run_kind
 from .runner import read_results, run_config
 from .sections import PRINTED, SECTIONS, papers_of
 from ..stats import metric_bounds, summarize
@@ -106,6 +107,8 @@ def write_report(sweep_dir: str | Path) -> Path:
     sweep_dir = Path(sweep_dir)
     spec, done, failed = _load(sweep_dir)
     sw = spec["sweep"]
+    if sw.get("experiment", "train") != "train":  # another kind of run has its own report
+        return run_kind(sw["experiment"]).report(sweep_dir)
     metric, mode = sw["metric"], sw["mode"]
     # Each variant under the name of what ran (a mixer of yours named: `variants.base.model_label`).
     names = _model_names(done)

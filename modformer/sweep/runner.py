@@ -1,4 +1,5 @@
-"""Running a sweep: each run in its own `modformer train` process, several at once, resumable.
+"""Running a sweep: each run in its own process (`modformer train`, or its kind's command,
+modformer/sweep/kinds.py), several at once, resumable.
 
 Layout of a sweep directory::
 
@@ -27,14 +28,11 @@ from typing import Any, Callable, Sequence
 
 import yaml
 
-from ..configtools import to_dict
 from ..errors import Interrupted, ModformerError
 from ..files import atomic_write_text, durable_append
-from ..registry import TASKS
 from ..train.checkpoint import list_checkpoints
-from ..train.preflight import preflight
-from ..variants import build_model
 from ..train.records import read_records
+from .kinds import python_command, run_kind
 from .spec import RunSpec, Sweep
 
 IGNORED_WHEN_RESUMING = {"workers", "launcher", "slurm", "paper"}  # sweep keys that may change between invocations
@@ -90,6 +88,7 @@ class SweepRunner:
         self._children: set[subprocess.Popen] = set()
         self._stopping = False
         self._probed = False
+        self.kind = run_kind(sweep.spec.experiment)
 
     def _check_same_sweep(self) -> None:
         saved = self.out / "sweep.yaml"
@@ -121,13 +120,14 @@ class SweepRunner:
                 "run_dir": str(self.run_dir(run).relative_to(self.out))}
 
     def prepare(self, run: RunSpec, threads: int) -> tuple[list[str], dict[str, str], Path]:
-        """Write the config `run` starts with; return its `modformer train` command, the
-        environment variables it needs beyond the caller's, and its log file. Every launcher
-        starts a run this way: a local worker here, a Slurm job on its node."""
+        """Write the config `run` starts with; return its command (`modformer train`, or its
+        kind's), the environment variables it needs beyond the caller's, and its log file.
+        Every launcher starts a run this way: a local worker here, a Slurm job on its node."""
         run_dir = self.run_dir(run)
         config = run.config.to_dict()
-        config["train"]["progress"] = False
-        if config["train"]["log_to"] and config["train"]["log_group"] is None:
+        if "progress" in config["train"]:
+            config["train"]["progress"] = False
+        if config["train"].get("log_to") and config["train"].get("log_group") is None:
             config["train"]["log_group"] = self.out.name  # the trackers group a sweep's runs
         if config["train"]["threads"] is None:
             # A run keeps the thread count it started with: another count sums floats in
@@ -144,8 +144,7 @@ class SweepRunner:
         cfg_path.parent.mkdir(parents=True, exist_ok=True)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(cfg_path, yaml.safe_dump(config, sort_keys=False))
-        # --resume also covers a run killed before its first checkpoint: it starts over.
-        cmd = [sys.executable, "-m", "modformer.cli", "train", str(cfg_path), "--out", str(run_dir), "--resume"]
+        cmd = python_command(self.kind.command(cfg_path, run_dir))
         return cmd, {"OMP_NUM_THREADS": str(config["train"]["threads"])}, log_path
 
     def _train(self, run: RunSpec, threads: int) -> None:
@@ -167,7 +166,7 @@ class SweepRunner:
             with self._lock:
                 self._children.discard(proc)
         with self._lock:
-            record_outcome(self.out, self.base_record(run), code, log_path, self.echo)
+            record_outcome(self.out, self.base_record(run), code, log_path, self.echo, self.kind.describe)
 
     def stop(self) -> None:
         with self._lock:
@@ -181,7 +180,7 @@ class SweepRunner:
         and runs that start from missing weights are refused before anything starts."""
         runs = self.sweep.runs()
         if not self._probed:  # once, before the sweep folder or any run exists
-            probe_runs(runs)
+            self.kind.check(runs, self.run_dir)
             self._probed = True
         self._check_same_sweep()
         records = read_results(self.out)
@@ -199,7 +198,7 @@ class SweepRunner:
                 continue
             todo.append(run)
         # A run that starts from another run's weights needs them now, unless it has its own checkpoint.
-        missing = [run for run in todo if run.config.train.init_from is not None
+        missing = [run for run in todo if getattr(run.config.train, "init_from", None) is not None
                    and not Path(run.config.train.init_from).exists()
                    and not list_checkpoints(self.run_dir(run) / "checkpoints")]
         if missing:
@@ -240,22 +239,6 @@ class SweepRunner:
         return checked_results(self.out)
 
 
-def probe_runs(runs: list[RunSpec]) -> None:
-    """Build each distinct model of the sweep's runs once (on the CPU, with its first run's
-    seed) and check it as `modformer train` does (modformer/train/preflight.py), so that a
-    part that returns the wrong thing fails the sweep at once, not in every worker."""
-    seen = set()
-    for run in runs:
-        model, task = run.config.model, run.config.task
-        key = json.dumps([to_dict(model), to_dict(task), run.config.train.induction_scores], sort_keys=True,
-                         default=repr)
-        if key in seen:
-            continue
-        seen.add(key)
-        built = TASKS[task.name](task)
-        preflight(run.config, build_model(model, run.config.train.seed), built.seq_len, built.vocab_size)
-
-
 def checked_results(out: Path) -> dict[str, dict[str, Any]]:
     """The results of a sweep whose launcher has finished; one clear error if some failed."""
     results = read_results(out)
@@ -273,23 +256,23 @@ def append_result(out: Path, record: dict[str, Any]) -> None:
     durable_append(Path(out) / "results.jsonl", json.dumps(record) + "\n")
 
 
-def done_line(run_id: str, summary: dict[str, Any]) -> str:
-    test = summary["test"]
-    return f"done   {run_id}: test accuracy {test['accuracy']:.4f}, loss {test['loss']:.4f}"
+def done_line(run_id: str, summary: dict[str, Any], describe: Callable[[dict[str, Any]], str]) -> str:
+    outcome = describe(summary)
+    return f"done   {run_id}" + (f": {outcome}" if outcome else "")
 
 
 def record_outcome(out: Path, base: dict[str, Any], code: int, log_path: Path,
-                   echo: Callable[[str], None]) -> None:
-    """Record how one run's `modformer train` ended (exit status `code`): done with its
-    summary, or failed with the last line of its log. An interrupted run (130) saved its
-    checkpoint and is not recorded: started again, it continues."""
+                   echo: Callable[[str], None], describe: Callable[[dict[str, Any]], str]) -> None:
+    """Record how one run's command ended (exit status `code`): done with its summary, or
+    failed with the last line of its log (`describe`: the run kind's words on a summary). An
+    interrupted run (130) saved its checkpoint and is not recorded: started again, it continues."""
     run_id, run_dir = base["run_id"], Path(out) / base["run_dir"]
     # A summary is written last (plots drawn): with one, the run is done, even if a Ctrl-C then
     # made its process end with 130.
     if code in (0, 130) and (run_dir / "summary.json").exists():
         summary = json.loads((run_dir / "summary.json").read_text())
         append_result(out, {**base, "status": "done", "summary": summary})
-        echo(done_line(run_id, summary))
+        echo(done_line(run_id, summary, describe))
     elif code == 130:
         echo(f"paused {run_id} (checkpoint saved)")
     else:

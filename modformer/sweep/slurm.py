@@ -43,8 +43,8 @@ from typing import Any, Callable
 from ..errors import ModformerError
 from ..files import durable_append
 from ..lock import take_lock
-from ..train.checkpoint import list_checkpoints
 from ..train.records import read_records
+from .kinds import RunKind
 from .runner import SweepRunner, append_result, checked_results, done_line, read_results
 from .slurm_states import LIVE, LOST_AFTER_S, query_states
 from .spec import RunSpec
@@ -96,11 +96,11 @@ def job_states(out: Path, jobs: dict[str, dict[str, Any]], *, lost_after_s: floa
     return query_states(out, jobs, lost_after_s=lost_after_s, echo=echo)
 
 
-def gather(out: Path, states: dict[str, str], echo: Callable[[str], None]) -> None:
+def gather(out: Path, states: dict[str, str], echo: Callable[[str], None], kind: RunKind) -> None:
     """Record each run whose latest job has ended (by `states`) and is not recorded yet: done
     where it wrote its summary, else failed with its Slurm state, its last checkpoint and, for
     a training that failed, the last line of its log (a job killed by scancel, its time limit
-    or a lost node stopped a training that had nothing to say)."""
+    or a lost node stopped a training that had nothing to say). `kind`: what the runs are."""
     jobs, results = submitted_jobs(out), read_results(out)
     for run_id, state in states.items():
         job, record = jobs[run_id], results.get(run_id, {})
@@ -111,11 +111,11 @@ def gather(out: Path, states: dict[str, str], echo: Callable[[str], None]) -> No
         if (run_dir / "summary.json").exists():
             summary = json.loads((run_dir / "summary.json").read_text())
             append_result(out, {**base, "status": "done", "summary": summary})
-            echo(done_line(run_id, summary))
+            echo(done_line(run_id, summary, kind.describe))
             continue
         log = Path(out) / "logs" / f"{run_id}.log"
-        checkpoints = list_checkpoints(run_dir / "checkpoints")
-        saved = f"last checkpoint at step {checkpoints[-1][0]}" if checkpoints else "no checkpoint yet"
+        started = kind.started(run_dir)
+        saved = f"last {started}" if started else "no checkpoint yet"
         tail = log.read_text().strip().splitlines()[-1:] if log.exists() and state not in KILLED else []
         error = (f"Slurm job {job['job_id']} ended {state}" + (f": {tail[0]}" if tail else "") +
                  f"; {saved}, kept: submit the sweep again to continue it")
@@ -203,7 +203,7 @@ class SlurmLauncher:
         with submission_lock(self.out):  # held from reading the jobs' states to recording the new jobs
             jobs = submitted_jobs(self.out)
             states = self._states({r.run_id: jobs[r.run_id] for r in todo if r.run_id in jobs})
-            gather(self.out, states, self.echo)
+            gather(self.out, states, self.echo, self.runner.kind)
             live = {run_id for run_id, state in states.items() if state in LIVE}
             # A job that ended since pending() may have finished its run (gathered just now as done).
             done = {run_id for run_id, r in read_results(self.out).items() if r["status"] == "done"}
@@ -234,7 +234,7 @@ class SlurmLauncher:
             time.sleep(self.config.poll_seconds)
             jobs = submitted_jobs(self.out)
             states = self._states({run_id: jobs[run_id] for run_id in left})
-            gather(self.out, states, self.echo)
+            gather(self.out, states, self.echo, self.runner.kind)
             ended = {run_id for run_id, state in states.items() if state not in LIVE}
             left -= ended
             resumable = [r for r in sorted(ended) if states[r] in RESUMABLE and resubmitted[r] < self.config.resubmit]

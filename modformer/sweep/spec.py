@@ -12,6 +12,9 @@ A sweep file is a run config (sections model, task, train: the base of every run
 
 Every run is the base config with `model.variant`, one grid point and `train.seed` set.
 All runs are built and checked before the first starts, so a bad grid key fails at once.
+`sweep.experiment` says what a run is (`modformer/sweep/kinds.py`): `train` (the default),
+or a kind a paper registers, whose variant and seed keys are its own (an LLM-Modules
+experiment's `arms` and `seeds`: `sweep.experiment: llm_modules`).
 """
 
 from __future__ import annotations
@@ -26,15 +29,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..config import RunConfig, config_from_dict, read_yaml
+from ..config import read_yaml
 from ..configtools import apply_override, from_dict, option, set_dotted, to_dict
 from ..errors import ConfigError
+from .kinds import RUN_KINDS, run_kind
 from .slurm_config import LAUNCHERS, SlurmConfig
 
 
 @dataclass
 class SweepConfig:
-    variants: list[str] = option(default_factory=lambda: ["standard"], help="variants to compare (model.variant)")
+    experiment: str = option("train", "what each run is: train (a `modformer train` run; its variant sets "
+                                      "model.variant), or a kind a paper registers (llm_modules: one arm and seed of "
+                                      "an LLM-Modules experiment; its variants are arms)")
+    variants: list[str] = option(default_factory=lambda: ["standard"],
+                                 help="variants to compare (model.variant; an LLM-Modules experiment's arms)")
     grid: dict[str, list[Any]] = option(
         default_factory=dict, help="dotted config key -> values; the same grid is run for every variant")
     seeds: list[int] = option(
@@ -57,12 +65,15 @@ class SweepConfig:
             raise ConfigError(f"sweep.seeds must be distinct and non-empty, got {self.seeds}")
         if self.workers < 1:
             raise ConfigError(f"sweep.workers must be positive, got {self.workers}")
+        if self.experiment not in RUN_KINDS:
+            raise ConfigError(f"sweep.experiment must be one of {', '.join(RUN_KINDS)}, got '{self.experiment}'")
         if self.launcher not in LAUNCHERS:
             raise ConfigError(f"sweep.launcher must be one of {', '.join(LAUNCHERS)}, got '{self.launcher}'")
         if self.mode not in ("max", "min"):
             raise ConfigError(f"sweep.mode must be max or min, got '{self.mode}'")
+        kind = RUN_KINDS[self.experiment]
         for key, values in self.grid.items():
-            if key in ("model.variant", "train.seed"):
+            if key in (kind.variant_key, kind.seed_key):
                 raise ConfigError(f"sweep.grid.{key}: set it with sweep.variants / sweep.seeds instead")
             if not isinstance(values, list) or not values:
                 raise ConfigError(f"sweep.grid.{key} must be a non-empty list of values")
@@ -73,7 +84,7 @@ class RunSpec:
     variant: str
     point: tuple[tuple[str, Any], ...]  # the grid point, in grid order
     seed: int
-    config: RunConfig
+    config: Any  # the run's checked config, as its kind reads it (a RunConfig for `train`)
     point_name: str  # the point's folder name, unique in its sweep (`point_names`)
 
     @property
@@ -119,19 +130,20 @@ class Sweep:
         if clash:
             raise ConfigError(f"sweep.variants {clash} would share the run folder '{file_safe(clash[0])}': name "
                               f"one of them otherwise (an entry point, say)")
+        kind = run_kind(self.spec.experiment)
         out = []
         for variant in self.spec.variants:
             for i, point in enumerate(points):
                 for seed in self.spec.seeds:
                     data = copy.deepcopy(self.base)
-                    data.setdefault("model", {})["variant"] = variant
-                    data.setdefault("train", {})["seed"] = seed
+                    set_dotted(data, kind.variant_key, [variant] if kind.variant_list else variant, "sweep.variants")
+                    set_dotted(data, kind.seed_key, [seed] if kind.seed_list else seed, "sweep.seeds")
                     for key, value in point:
                         set_dotted(data, key, value, f"sweep.grid.{key}")
-                    init = data["train"].get("init_from")
+                    init = (data.get("train") or {}).get("init_from")
                     if isinstance(init, str):  # each run fine-tunes its own variant's and seed's model
                         data["train"]["init_from"] = init.replace("{variant}", variant).replace("{seed}", str(seed))
-                    out.append(RunSpec(variant, point, seed, config_from_dict(data), names[i]))
+                    out.append(RunSpec(variant, point, seed, kind.read(data), names[i]))
         return out
 
     def to_dict(self) -> dict[str, Any]:

@@ -13,10 +13,10 @@ from collections import Counter
 from pathlib import Path
 
 from ..errors import ModformerError
-from ..train.checkpoint import list_checkpoints
 from .runner import read_results
 from .slurm import LIVE, job_states, submitted_jobs
 from .slurm_states import read_accounting
+from .kinds import run_kind
 from .spec import load_sweep
 
 STATUSES = ("done", "running", "queued", "unknown", "failed", "cancelled", "started", "not started")
@@ -32,7 +32,7 @@ def run_statuses(out: Path) -> list[tuple[str, str, str]]:
     if not (out / "sweep.yaml").exists():
         raise ModformerError(f"{out} is not a sweep directory (no sweep.yaml)")
     sweep = load_sweep(out / "sweep.yaml")
-    runs = sweep.runs()
+    runs, kind = sweep.runs(), run_kind(sweep.spec.experiment)
     results, jobs = read_results(out), submitted_jobs(out)
     states = job_states(out, {r.run_id: jobs[r.run_id] for r in runs
                               if r.run_id in jobs and results.get(r.run_id, {}).get("status") != "done"},
@@ -45,8 +45,7 @@ def run_statuses(out: Path) -> list[tuple[str, str, str]]:
         if record.get("status") == "done" or (run_dir / "summary.json").exists():
             # A run finished but not gathered yet has its figures in its own summary only.
             summary = record.get("summary") or json.loads((run_dir / "summary.json").read_text())
-            test = summary.get("test", {})
-            rows.append((run.run_id, "done", f"test accuracy {test['accuracy']:.4f}" if "accuracy" in test else ""))
+            rows.append((run.run_id, "done", kind.describe(summary)))
         elif state == "UNKNOWN":
             since = accounting.get("unreachable_since")
             last = accounting.get("states", {}).get(job["job_id"])
@@ -63,9 +62,8 @@ def run_statuses(out: Path) -> list[tuple[str, str, str]]:
         elif record.get("status") == "failed":
             cancelled = record.get("slurm_state") == "CANCELLED"
             rows.append((run.run_id, "cancelled" if cancelled else "failed", record.get("error", "")))
-        elif list_checkpoints(run_dir / "checkpoints"):
-            step = list_checkpoints(run_dir / "checkpoints")[-1][0]
-            rows.append((run.run_id, "started", f"checkpoint at step {step}"))
+        elif kind.started(run_dir):
+            rows.append((run.run_id, "started", kind.started(run_dir)))
         else:
             rows.append((run.run_id, "not started", ""))
     return rows

@@ -1,4 +1,5 @@
-"""LLM Modules (arXiv 2502.08213): the experiment's command (`modformer llm-modules`) and
-its report writer for `modformer report`."""
+"""LLM Modules (arXiv 2502.08213): the experiment (its config, arms, data, runner, report),
+its command (`modformer llm-modules`), its report writer for `modformer report`, and its kind
+of sweep run (`sweep.experiment: llm_modules`)."""
 
-from . import command  # noqa: F401  (importing registers it)
+from . import command, sweep_kind  # noqa: F401  (importing registers them)

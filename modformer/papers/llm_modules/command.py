@@ -19,6 +19,12 @@ def _run(args: argparse.Namespace) -> int:
 
     cfg = load_modules_config(args.config, args.overrides)
     out = Path(args.out) if args.out else Path("runs") / "llm_modules" / Path(args.config).stem
+    if args.one_run:
+        if not args.out:
+            raise ModformerError("--one-run trains in the folder --out names: give --out")
+        ModulesExperiment(cfg, out).run_one()
+        print(f"run: {out}")
+        return 0
     ModulesExperiment(cfg, out).run()
     path = write_modules_report(out)
     print(f"\n{path.read_text()}\nexperiment: {out}\nreport: {path}")
@@ -41,11 +47,16 @@ def llm_modules_arguments(p: argparse.ArgumentParser) -> None:
     describe_parser(p, "Train the student alone, with bridges to the real teacher, with bridges to matched noise "
                        "(the random-teacher control), distilled from the teacher, and with the reference's leaky "
                        "bridge, on the same data and seeds; score held-out items by exact match of generated "
-                       "answers. Run the same command again to continue a stopped experiment.",
+                       "answers. Run the same command again to continue a stopped experiment. With a `sweep` section "
+                       "(sweep.experiment: llm_modules), `modformer sweep CONFIG` runs the arms as variants: "
+                       "workers, Slurm, --status.",
                     "\n".join(["config keys:", *key_lines(describe(ModulesConfig, ""))]))
     p.add_argument("config", help="YAML experiment config (sections teacher, student, bridge, data, train)")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. train.steps=100")
     p.add_argument("--out", help="experiment folder (default: runs/llm_modules/<config name>)")
+    p.add_argument("--one-run", action="store_true",
+                   help="train the config's one arm and seed in --out itself, as one run of a sweep (how "
+                        "`modformer sweep` with sweep.experiment: llm_modules starts each run)")
     p.set_defaults(func=_run)
 
 

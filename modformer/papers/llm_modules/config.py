@@ -236,6 +236,9 @@ class ModulesConfig:
             raise ConfigError("the scratch arm re-initialises a pretrained student (student.model a Hugging Face model, "
                               "student.pretrained: true); any other student already starts from scratch in alone")
 
+    def to_dict(self) -> dict[str, Any]:
+        return to_dict(self)
+
     def to_yaml(self) -> str:
         return yaml.safe_dump(to_dict(self), sort_keys=False)
 

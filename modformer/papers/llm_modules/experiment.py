@@ -9,6 +9,10 @@
     OUT/report.md, curves.png   written by `modules_report`
     OUT/modules.lock            held while an experiment runs here (modformer/lock.py)
 
+As one run of a sweep (`sweep.experiment: llm_modules`, `modformer llm-modules CONFIG --out
+RUN --one-run`), the config names one arm and one seed, and the run's metrics.jsonl,
+checkpoint.safetensors and summary.json are in OUT itself.
+
 One `modformer llm-modules` at a time per folder: a second is refused at once, before it writes
 anything, naming the first (two would train the same arm and seed into the same files).
 A finished run (its summary.json exists) is never redone and a stopped one continues from its
@@ -77,7 +81,7 @@ class ModulesExperiment:
 
     def _started(self) -> bool:
         """Whether any run has begun here (before that, a failed start leaves nothing to keep)."""
-        return any((self.out / "runs").glob("*/seed_*/metrics.jsonl"))
+        return (self.out / "metrics.jsonl").is_file() or any((self.out / "runs").glob("*/seed_*/metrics.jsonl"))
 
     def _check_folder(self) -> None:
         saved = self.out / "config.yaml"
@@ -265,11 +269,26 @@ class ModulesExperiment:
 
     def run(self) -> list[dict[str, Any]]:
         """Every (arm, seed) not yet finished; returns every finished run's result."""
-        output_folder(self.out)
-        with take_lock(self.out / LOCK_FILE, wait=False, busy=(
-                f"{self.out} is being run by {{holder}}: one `modformer llm-modules` per experiment folder (lock file "
-                f"{{path}}); wait for it to end or stop it, or choose another --out")):
+        with self._locked():
             return self._run()
+
+    def run_one(self) -> dict[str, Any]:
+        """The config's one arm and seed, trained (or continued) in the folder itself, as a
+        sweep's run: returns its result (summary.json)."""
+        if len(self.cfg.arms) != 1 or len(self.cfg.seeds) != 1:
+            raise ModformerError(f"--one-run trains one arm and one seed; the config names arms {self.cfg.arms} and "
+                                 f"seeds {self.cfg.seeds}")
+        with self._locked():
+            if (self.out / "summary.json").exists():
+                return json.loads((self.out / "summary.json").read_text())
+            self.prepare()
+            return self._train_one(self.cfg.arms[0], self.cfg.seeds[0], self.out)
+
+    def _locked(self):
+        output_folder(self.out)
+        return take_lock(self.out / LOCK_FILE, wait=False, busy=(
+            f"{self.out} is being run by {{holder}}: one `modformer llm-modules` per experiment folder (lock file "
+            f"{{path}}); wait for it to end or stop it, or choose another --out"))
 
     def _run(self) -> list[dict[str, Any]]:
         self.prepare()
@@ -279,25 +298,29 @@ class ModulesExperiment:
         for arm_name in self.cfg.arms:
             for seed in self.cfg.seeds:
                 folder = self.out / "runs" / arm_name / f"seed_{seed}"
-                if (folder / "summary.json").exists():
-                    continue
-                folder.mkdir(parents=True, exist_ok=True)
-                checkpoint = folder / "checkpoint.safetensors"
-                resumed = read_checkpoint(checkpoint).step if checkpoint.is_file() else 0
-                log = MetricsLog(folder / "metrics.jsonl")
-                log.keep(lambda r: r["step"] <= resumed)  # what a stopped run logged after its last save is redone
-                self.echo(f"{arm_name} seed {seed}: training" + (f" from step {resumed}" if resumed else ""))
-                result = {"arm": arm_name, **run_arm(self.cfg, ARMS[arm_name], seed, self.data, self.teacher,
-                                                     self.pairing, self.extract, log.append, EVAL_ITEMS, checkpoint),
-                          "precision": {"teacher": resolve_precision(self.cfg.teacher.precision, self.teacher_device),
-                                        "train": resolve_precision(self.cfg.train.precision,
-                                                                   resolve_device(self.cfg.train.device))}}
-                atomic_write_text(folder / "summary.json", json.dumps(result, indent=1) + "\n")
-                checkpoint.unlink(missing_ok=True)  # the run is done: its summary and metrics are what is kept
-                self.echo(f"{arm_name} seed {seed}: held-out exact match {result['held_out_exact']:.3f}, training "
-                          f"items {result['train_exact']:.3f}, held-out answer loss "
-                          f"{result['held_out_answer_loss']:.3f} ({result['seconds']:.0f} s)")
+                if not (folder / "summary.json").exists():
+                    self._train_one(arm_name, seed, folder)
         results = [json.loads((self.out / "runs" / a / f"seed_{s}" / "summary.json").read_text())
                    for a in self.cfg.arms for s in self.cfg.seeds]
         atomic_write_text(self.out / "results.jsonl", "".join(json.dumps(r) + "\n" for r in results))
         return results
+
+    def _train_one(self, arm_name: str, seed: int, folder: Path) -> dict[str, Any]:
+        """Train (or continue) one arm and seed in `folder`; its summary.json marks it done."""
+        folder.mkdir(parents=True, exist_ok=True)
+        checkpoint = folder / "checkpoint.safetensors"
+        resumed = read_checkpoint(checkpoint).step if checkpoint.is_file() else 0
+        log = MetricsLog(folder / "metrics.jsonl")
+        log.keep(lambda r: r["step"] <= resumed)  # what a stopped run logged after its last save is redone
+        self.echo(f"{arm_name} seed {seed}: training" + (f" from step {resumed}" if resumed else ""))
+        result = {"arm": arm_name, **run_arm(self.cfg, ARMS[arm_name], seed, self.data, self.teacher,
+                                             self.pairing, self.extract, log.append, EVAL_ITEMS, checkpoint),
+                  "precision": {"teacher": resolve_precision(self.cfg.teacher.precision, self.teacher_device),
+                                "train": resolve_precision(self.cfg.train.precision,
+                                                           resolve_device(self.cfg.train.device))}}
+        atomic_write_text(folder / "summary.json", json.dumps(result, indent=1) + "\n")
+        checkpoint.unlink(missing_ok=True)  # the run is done: its summary and metrics are what is kept
+        self.echo(f"{arm_name} seed {seed}: held-out exact match {result['held_out_exact']:.3f}, training "
+                  f"items {result['train_exact']:.3f}, held-out answer loss "
+                  f"{result['held_out_answer_loss']:.3f} ({result['seconds']:.0f} s)")
+        return result

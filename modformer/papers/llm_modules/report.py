@@ -1,12 +1,13 @@
 """The report of an LLM-Modules experiment: every arm over its seeds, the decisive control,
 and the size of the leak. Written from the experiment folder alone (`modformer llm-modules`
-writes it at the end; `modformer report OUT` rewrites it)."""
+writes it at the end; `modformer report OUT` rewrites it), or from a sweep's records
+(`sweep.experiment: llm_modules`: one section per grid point)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -75,12 +76,37 @@ def _distinct(runs: list[dict[str, Any]], key: str) -> str:
 
 
 def write_modules_report(out: str | Path) -> Path:
+    """report.md (and curves.png) of an experiment folder, from its runs' summaries."""
     out = Path(out)
     cfg = yaml.safe_load((out / "config.yaml").read_text())
     split = json.loads((out / "split.json").read_text())
-    by_arm = _results(out)
+    lines = report_lines(cfg, split, _results(out), lambda arm: sorted((out / "runs" / arm).glob("seed_*/metrics.jsonl")),
+                         out / "curves.png")
+    path = out / "report.md"
+    atomic_write_text(path, "\n".join(lines) + "\n")
+    return path
+
+
+def report_lines(cfg: dict[str, Any], split: dict[str, Any], by_arm: dict[str, list[dict[str, Any]]],
+                 metrics_of: Callable[[str], list[Path]], figure: Path, level: int = 1) -> list[str]:
+    """The report of one setting: its arms' results (by_arm: arm -> its seeds' summaries),
+    their metrics files (`metrics_of(arm)`) drawn into `figure`, headings from `level`.
+
+    Args:
+        cfg: the experiment's config as saved (its `arms` give the order).
+        split: the task's training and held-out items (split.json).
+        by_arm: arm -> the summaries of its finished seeds.
+        metrics_of: arm -> its runs' metrics.jsonl files.
+        figure: where the training curves go (linked by its name, beside the report).
+        level: the level of the report's title (1; a sweep's settings 2).
+
+    Returns:
+        The Markdown lines.
+    """
+    title, section = "#" * level, "#" * (level + 1)
+    by_arm = {a: sorted(runs, key=lambda r: r["seed"]) for a, runs in by_arm.items()}
     arms = [a for a in cfg["arms"] if a in by_arm]
-    lines = [f"# LLM Modules: {cfg['data']['task']}, teacher {cfg['teacher']['name']} "
+    lines = [f"{title} LLM Modules: {cfg['data']['task']}, teacher {cfg['teacher']['name']} "
              f"({from_dict(ModulesConfig, cfg).reading()})",
              "", f"{len(split['train'])} training items, {len(split['held_out'])} held out (never trained on); "
                  f"{_corpus(cfg['data'])}; loss on the {cfg['data']['loss_on']}; {cfg['train']['steps']} steps"
@@ -104,7 +130,7 @@ def write_modules_report(out: str | Path) -> Path:
     lines += ["", f"Code: {_distinct(runs, 'code_version')}; machine: {_distinct(runs, 'machine')}."]
     if "teacher" in by_arm and "random_teacher" in by_arm:
         real, noise = by_arm["teacher"], by_arm["random_teacher"]
-        lines += ["", "## The decisive control: real teacher against random teacher (paired by seed)", "",
+        lines += ["", f"{section} The decisive control: real teacher against random teacher (paired by seed)", "",
                   f"- held-out exact match, teacher - random: {_paired(real, noise, 'held_out_exact')}",
                   f"- held-out answer loss, teacher - random: {_paired(real, noise, 'held_out_answer_loss')}"]
     if "alone" in by_arm and "teacher" in by_arm:
@@ -112,31 +138,29 @@ def write_modules_report(out: str | Path) -> Path:
                      f"{_paired(by_arm['teacher'], by_arm['alone'], 'held_out_exact')}")
     if "alone" in by_arm and "scratch" in by_arm:
         alone, scratch = by_arm["alone"], by_arm["scratch"]
-        lines += ["", "## What pretraining buys: the student fine-tuned against the same student from scratch", "",
+        lines += ["", f"{section} What pretraining buys: the student fine-tuned against the same student from scratch", "",
                   f"- held-out exact match, fine-tuned - scratch: {_paired(alone, scratch, 'held_out_exact')}",
                   f"- held-out answer loss, fine-tuned - scratch: {_paired(alone, scratch, 'held_out_answer_loss')}"]
     if "leaky" in by_arm and "teacher" in by_arm:
-        lines += ["", "## The leak: the reference's bridge against the causal one (paired by seed)", "",
+        lines += ["", f"{section} The leak: the reference's bridge against the causal one (paired by seed)", "",
                   f"- final training loss, leaky - causal: {_paired(by_arm['leaky'], by_arm['teacher'], 'train_loss')}",
                   f"- held-out answer loss with the answer's own teacher states visible, leaky - causal: "
                   f"{_paired(by_arm['leaky'], by_arm['teacher'], 'held_out_answer_loss')}",
                   f"- held-out exact match when generating (no answer to see), leaky - causal: "
                   f"{_paired(by_arm['leaky'], by_arm['teacher'], 'held_out_exact')}"]
-    if _plot_curves(out, arms, out / "curves.png"):
-        lines += ["", "![training and held-out loss](curves.png)"]
-    path = out / "report.md"
-    atomic_write_text(path, "\n".join(lines) + "\n")
-    return path
+    if _plot_curves(metrics_of, arms, figure):
+        lines += ["", f"![training and held-out loss]({figure.name})"]
+    return lines
 
 
-def _plot_curves(out: Path, arms: list[str], path: Path) -> bool:
+def _plot_curves(metrics_of: Callable[[str], list[Path]], arms: list[str], path: Path) -> bool:
     """Training loss and teacher-forced held-out answer loss against step, mean over seeds."""
     fig, (ax_train, ax_held) = plt.subplots(1, 2, figsize=(11, 4))
     drawn = False
     for arm in arms:
         for ax, kind, key in ((ax_train, "train", "loss"), (ax_held, "eval", "held_out_answer_loss")):
             by_step: dict[int, list[float]] = {}
-            for metrics in sorted((out / "runs" / arm).glob("seed_*/metrics.jsonl")):
+            for metrics in metrics_of(arm):
                 for r in read_records(metrics):
                     if r.get("kind") == kind:
                         by_step.setdefault(r["step"], []).append(r[key])

@@ -1,0 +1,139 @@
+"""What one run of a sweep is: `modformer train` by default, or a kind a paper registers.
+
+A sweep is one protocol (plan -> runs -> records -> report) for every experiment: its
+variants x grid x seeds become run folders, each trained by one resumable command in its own
+process, by local workers or a Slurm job array, recorded in results.jsonl, followed by
+`--status`, reported by `modformer report` and quoted by `modformer quote`. A run kind says
+what differs: how a run's config is read, which keys a variant and a seed set, the command
+that trains one run in its folder, and how its report is written. `sweep.experiment` names
+the kind (`train`, here; `llm_modules`, registered by modformer/papers/llm_modules/: a
+variant is an arm).
+
+Every kind's run folder holds `summary.json` once the run is done (what marks it done) and
+`metrics.jsonl`; the command resumes a stopped run from its own checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from ..config import config_from_dict
+from ..configtools import to_dict
+from ..errors import ModformerError
+from ..registry import TASKS
+from ..train.checkpoint import list_checkpoints
+from ..train.preflight import preflight
+from ..variants import build_model
+
+
+@dataclass(frozen=True)
+class RunKind:
+    """One kind of run a sweep trains.
+
+    Args:
+        name: the value of `sweep.experiment` that selects it.
+        variant_key: the dotted config key a variant sets ("model.variant"); `variant_list`
+            when the config holds a list there (an LLM-Modules config's `arms`).
+        seed_key: the dotted config key a seed sets ("train.seed"); `seed_list` likewise.
+        read: plain config data -> the checked config (a dataclass with `to_dict()` and a
+            `train` section holding `threads`).
+        command: (config file, run folder) -> the `modformer` arguments that train the run
+            there, resuming it when it has begun.
+        describe: a finished run's summary -> a few words on its outcome (the `done` line,
+            `--status`).
+        report: the sweep folder -> the report it wrote.
+        check: check(runs, run_folder_of) refuses a sweep whose runs cannot start, before any does.
+        started: run folder -> a few words on a stopped run's progress ("" when none).
+        variant_list: the variant key holds a list (set to [variant]).
+        seed_list: the seed key holds a list (set to [seed]).
+    """
+
+    name: str
+    variant_key: str
+    seed_key: str
+    read: Callable[[dict[str, Any]], Any]
+    command: Callable[[Path, Path], list[str]]
+    describe: Callable[[dict[str, Any]], str]
+    report: Callable[[Path], Path]
+    check: Callable[[Sequence[Any], Callable[[Any], Path]], None] = field(default=lambda runs, folder: None)
+    started: Callable[[Path], str] = field(default=lambda folder: "")
+    variant_list: bool = False
+    seed_list: bool = False
+
+
+RUN_KINDS: dict[str, RunKind] = {}
+
+
+def register_kind(kind: RunKind) -> RunKind:
+    """Make `sweep.experiment: NAME` train runs of this kind.
+
+    Args:
+        kind: the kind; its name must be new.
+
+    Returns:
+        The kind.
+    """
+    if kind.name in RUN_KINDS:
+        raise ValueError(f"run kind '{kind.name}' is registered twice")
+    RUN_KINDS[kind.name] = kind
+    return kind
+
+
+def run_kind(name: str) -> RunKind:
+    """The kind `sweep.experiment` names, or one clear error listing the kinds there are."""
+    if name not in RUN_KINDS:
+        raise ModformerError(f"sweep.experiment: unknown kind of run '{name}' (known: {', '.join(RUN_KINDS)})")
+    return RUN_KINDS[name]
+
+
+# -- train: one `modformer train` run ---------------------------------------------------------
+
+def _train_command(config: Path, run_dir: Path) -> list[str]:
+    # --resume also covers a run killed before its first checkpoint: it starts over.
+    return ["train", str(config), "--out", str(run_dir), "--resume"]
+
+
+def _train_describe(summary: dict[str, Any]) -> str:
+    test = summary.get("test", {})
+    if "accuracy" not in test:
+        return ""
+    return f"test accuracy {test['accuracy']:.4f}" + (f", loss {test['loss']:.4f}" if "loss" in test else "")
+
+
+def _train_report(sweep_dir: Path) -> Path:
+    from .report import write_report  # the report imports the runner's reading of records
+
+    return write_report(sweep_dir)
+
+
+def _train_check(runs: Sequence[Any], folder: Callable[[Any], Path]) -> None:
+    """Each distinct model built once and checked as `modformer train` does; a run that
+    starts from another run's weights needs them now, unless it has its own checkpoint."""
+    seen = set()
+    for run in runs:
+        model, task = run.config.model, run.config.task
+        key = json.dumps([to_dict(model), to_dict(task), run.config.train.induction_scores], sort_keys=True,
+                         default=repr)
+        if key in seen:
+            continue
+        seen.add(key)
+        built = TASKS[task.name](task)
+        preflight(run.config, build_model(model, run.config.train.seed), built.seq_len, built.vocab_size)
+
+
+def _train_started(run_dir: Path) -> str:
+    checkpoints = list_checkpoints(run_dir / "checkpoints")
+    return f"checkpoint at step {checkpoints[-1][0]}" if checkpoints else ""
+
+
+register_kind(RunKind("train", "model.variant", "train.seed", config_from_dict, _train_command, _train_describe,
+                      _train_report, _train_check, _train_started))
+
+
+def python_command(args: list[str]) -> list[str]:
+    """`modformer ARGS` as this interpreter runs it (the sweep's children and Slurm's jobs)."""
+    return [sys.executable, "-m", "modformer.cli", *args]
