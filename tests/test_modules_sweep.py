@@ -73,3 +73,22 @@ def test_one_run_needs_one_arm_and_one_seed(tiny_teacher, tmp_path, capsys):
     cfg.write_text(tiny_config(tiny_teacher, "arms=[alone,teacher]").to_yaml())
     assert main(["llm-modules", str(cfg), "--out", str(tmp_path / "run"), "--one-run"]) == 2
     assert "--one-run trains one arm and one seed" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # a real single-node Slurm (scripts/slurm_local.sh); CI runs it (.ci/run)
+@pytest.mark.xdist_group("slurm")
+def test_the_arms_on_slurm_give_the_local_sweeps_results(tiny_teacher, tmp_path, monkeypatch, slurm_cluster, capsys):
+    """`--launcher slurm --wait`: one job array of the two arms, followed to its end, the same
+    summaries (but for time) as the same sweep trained by local workers, one report."""
+    monkeypatch.setenv("MODFORMER_CACHE", str(tmp_path / "cache"))  # the jobs inherit the environment
+    path = sweep_file(tmp_path, tiny_teacher, slurm={"poll_seconds": 0.5, "time": "0:10:00"})
+    assert main(["sweep", str(path), "--out", str(tmp_path / "slurm"), "--launcher", "slurm", "--wait"]) == 0
+    assert main(["sweep", str(path), "--out", str(tmp_path / "local")]) == 0
+    read = lambda out: {r["run_id"]: {k: v for k, v in r["summary"].items() if k != "seconds"}  # noqa: E731
+                        for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
+    slurm, local = read(tmp_path / "slurm"), read(tmp_path / "local")
+    assert len(slurm) == 2 and slurm == local
+    assert "| teacher | 1 |" in (tmp_path / "slurm" / "report.md").read_text()
+    capsys.readouterr()
+    assert main(["sweep", "--status", str(tmp_path / "slurm")]) == 0
+    assert "2 runs: 2 done" in capsys.readouterr().out

@@ -244,8 +244,10 @@ class ModulesConfig:
 
 
 def load_modules_config(path: str | Path | None, overrides: Sequence[str] = ()) -> ModulesConfig:
-    """Defaults <- YAML file <- `a.b=value` overrides."""
+    """Defaults <- YAML file <- `a.b=value` overrides. A `sweep` section (what `modformer
+    sweep` reads: the arms as variants, workers, Slurm) is not the experiment's and is left out."""
     data: dict[str, Any] = read_yaml(path) if path is not None else {}
+    data.pop("sweep", None)
     for assignment in overrides:
         apply_override(data, assignment)
     return from_dict(ModulesConfig, data)
