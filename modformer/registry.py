@@ -55,6 +55,16 @@ def import_path(path: str, key: str) -> Any:
 
 
 class Registry(Generic[T]):
+    """Names -> parts of one kind (variants, mixers, feed-forward modules, tasks), also found by
+    import path (`package.module:Name`) or by other packages' entry points.
+
+    Args:
+        kind: what is registered, for messages ("variant").
+        key: the config key that selects one, for messages ("model.variant").
+        group: the entry-point group other packages register theirs under ("modformer.variants").
+        adapt: checks (and may wrap) a part found by import path or entry point; None: taken as is.
+    """
+
     def __init__(self, kind: str, key: str, group: str, adapt: Callable[[object], T] | None = None):
         self.kind = kind  # what is registered, for messages ("variant")
         self.key = key  # the config key that selects one, for messages ("model.variant")

@@ -4,6 +4,7 @@ works fails here (the site's build executes them again to show their outputs); t
 links reach files. The rest of the site is checked by `mkdocs build --strict` (.ci/run)."""
 
 import os
+import re
 import runpy
 import sys
 import tempfile
@@ -66,3 +67,30 @@ def test_the_readme_links_reach_files():
     missing = sorted(t for t in targets if t and not (ROOT / t).exists())
     assert not missing, missing
     assert "bash scripts/setup.sh && .venv/bin/python -m pytest -q" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_every_class_and_function_on_the_api_pages_has_a_docstring():
+    """Each page of docs/api names modules (`::: modformer.x`); every public class and function
+    defined in them has a docstring of its own (a class does not inherit nn.Module's)."""
+    import importlib
+    import inspect
+
+    import modformer  # noqa: F401  (registers what the papers add)
+
+    missing, seen = [], 0
+    for page in sorted((ROOT / "docs" / "api").glob("*.md")):
+        for name in re.findall(r"^::: ([\w.]+)", page.read_text(), flags=re.M):
+            try:
+                found = vars(importlib.import_module(name)).items()
+            except ImportError:  # an object, not a module
+                module, attr = name.rsplit(".", 1)
+                found = [(attr, getattr(importlib.import_module(module), attr))]
+                name = module
+            for attr, obj in found:
+                if attr.startswith("_") or not (inspect.isclass(obj) or inspect.isfunction(obj)) \
+                        or obj.__module__ != name:
+                    continue
+                seen += 1
+                if not (obj.__doc__ or "").strip():
+                    missing.append(f"{name}.{attr} ({page.name})")
+    assert seen > 50 and not missing, f"without a docstring: {missing}"

@@ -29,6 +29,14 @@ class _LayerPoints(nn.Module):
 
 
 class HFStudent(nn.Module):
+    """A Hugging Face causal LM as a student: ids in, logits out, with the hook points
+    `embed_out` and `blocks.{i}.resid_post` (the module's docstring).
+
+    Args:
+        model: the causal LM (its decoder layers found as the ModuleList of
+            `config.num_hidden_layers` modules).
+    """
+
     def __init__(self, model: nn.Module):
         super().__init__()
         self.model = model

@@ -23,6 +23,15 @@ from ..model.transformer import Transformer
 
 
 class Teacher(nn.Module):
+    """A frozen model whose hidden states of `layer` the student reads (the module's docstring
+    says how layers are numbered).
+
+    Args:
+        model: a Hugging Face model that returns `hidden_states`, or a modformer `Transformer`.
+        layer: the hidden states `forward` returns: 0 the embedding output, i after block i,
+            n or -1 after the final norm.
+    """
+
     def __init__(self, model: nn.Module, layer: int = -1):
         super().__init__()
         self.model = model

@@ -61,6 +61,14 @@ def fingerprint(teacher_name: str, layer: int, dtype: str, rows: Sequence[torch.
 
 
 class TeacherStateCache:
+    """A teacher's states of many token sequences, stored once on disk (memory-mapped) and read
+    by row; made with `build` or `build_layers`, which reuse a folder holding the same rows.
+
+    Args:
+        folder: the cache folder (states.npy and its index).
+        index: the folder's index: each row's offset and length, the dtype, what made it.
+    """
+
     def __init__(self, folder: Path, index: dict):
         self.folder, self.index = folder, index
         self.states = np.load(folder / "states.npy", mmap_mode="r")

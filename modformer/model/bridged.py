@@ -34,10 +34,23 @@ def bridge_hook(place: str) -> str:
 
 
 def student_width(student: nn.Module) -> int:
+    """The width of a student: its `width`, or its embedding's columns (a modformer model)."""
     return student.width if hasattr(student, "width") else student.embed.weight.shape[1]
 
 
 class BridgedStudent(nn.Module):
+    """A student with a bridge at each of `places`, reading the teacher states a call brings.
+
+    Args:
+        student: a modformer `Transformer` or an `HFStudent` (hook points `embed_out` and
+            `blocks.{i}.resid_post`).
+        d_teacher: the width of the teacher's states.
+        places: where the bridges go: `input` and/or `block_i`.
+        n_heads: attention heads of each bridge.
+        dropout: attention dropout of each bridge while training.
+        adapter_bottleneck: the width of each bridge's adapter.
+    """
+
     def __init__(self, student: nn.Module, d_teacher: int, places: Sequence[str] = ("input",), *,
                  n_heads: int = 8, dropout: float = 0.1, adapter_bottleneck: int = 256):
         super().__init__()

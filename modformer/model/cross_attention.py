@@ -27,6 +27,17 @@ from .hooks import HookPoint
 
 
 class EnhancedCrossAttention(nn.Module):
+    """The bridge: student states read teacher states through a gated cross-attention (the
+    formulas are the module's docstring).
+
+    Args:
+        d_student: the student's width d_s.
+        d_teacher: the teacher's width d_t.
+        n_heads: attention heads; must divide d_student.
+        dropout: attention dropout while training.
+        adapter_bottleneck: the width of the adapter after the attention.
+    """
+
     def __init__(self, d_student: int, d_teacher: int, n_heads: int = 8, *, dropout: float = 0.1,
                  adapter_bottleneck: int = 256):
         super().__init__()

@@ -85,6 +85,7 @@ def pinned(module: nn.Module) -> Callable[..., torch.Tensor]:
 
 
 def hook_names(model: nn.Module) -> list[str]:
+    """The names of every hook point of `model`, in module order (what `capture` and `hooked` match)."""
     return [name for name, m in model.named_modules() if isinstance(m, HookPoint)]
 
 
