@@ -159,3 +159,32 @@ def test_a_disk_made_read_only_stops_training_and_sweeps_in_one_line(tmp_path, s
     remount("rw")
     assert main(["train", "configs/retrieval.yaml", "--out", str(out), *ARGS, "--resume"]) == 0
     assert records(out) == whole
+
+
+@pytest.mark.slow
+def test_sweep_status_on_a_disk_made_read_only_is_one_line_and_loses_nothing(tmp_path, small_disk):
+    """`--status` of a Slurm sweep records what accounting said (slurm/accounting.json); on a
+    read-only disk that write fails in one line naming the folder, and once the disk is back
+    the status reads every record as before."""
+    import json
+
+    disk, remount = small_disk
+    remount("size=64m")
+    out = disk / "sweep"
+    assert main(["sweep", "configs/retrieval.yaml", *ARGS, "train.steps=10", "sweep.seeds=[0,1]",
+                 "sweep.workers=1", "--out", str(out)]) == 0
+    run_id = "standard/default/seed1"
+    kept = [line for line in (out / "results.jsonl").read_text().splitlines() if json.loads(line)["run_id"] != run_id]
+    (out / "results.jsonl").write_text("".join(line + "\n" for line in kept))
+    (out / "runs" / run_id / "summary.json").unlink()  # as if its Slurm job were still out there
+    (out / "slurm").mkdir()
+    (out / "slurm" / "jobs.jsonl").write_text(json.dumps(
+        {"run_id": run_id, "job_id": "424242", "folder": "slurm/a", "submitted": "", "submitted_s": 0,
+         "base": {"run_id": run_id, "run_dir": f"runs/{run_id}"}}) + "\n")
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    remount("ro")
+    one_line_exit_2(run_cli("sweep", "--status", str(out)), out, "read-only")
+    remount("rw")
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+    status = run_cli("sweep", "--status", str(out))
+    assert status.returncode == 0 and "standard/default/seed0" in status.stdout, status.stderr
