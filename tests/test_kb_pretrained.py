@@ -46,3 +46,35 @@ def test_ladder_edits_and_report_on_a_local_llama_folder(tiny_teacher, tmp_path,
     assert main(["kb-pretrained", "edit", *common, "sizes=[1, 2]", "seeds=[0]", "require_known=false",
                  "--out", str(out)]) == 0
     assert len((out / "edits.jsonl").read_text().splitlines()) == len(edits)
+
+
+@pytest.mark.slow
+def test_the_ladder_as_a_sweep_gives_the_folders_records(tiny_teacher, tmp_path, capsys):
+    """`sweep.experiment: knowledge_ladder`: each arm at each point its own process; the
+    records equal those of the one-folder ladder (but for time and command), the original is
+    reported once, an arm with nothing at a point records nothing, and --status reads it."""
+    import yaml
+
+    settings = {"model": str(tiny_teacher), "corpus": str(tiny_teacher / "corpus.txt"), "eval_blocks": 2,
+                "block_len": 16}
+    folder = tmp_path / "folder"
+    assert main(["knowledge-pretrained", "ladder", *(f"{k}={v}" for k, v in settings.items()),
+                 "points=[[1, 0.5], [0.5, 0.5]]", "--out", str(folder)]) == 0
+    path = tmp_path / "ladder.yaml"
+    path.write_text(yaml.safe_dump({**settings, "sweep": {
+        "experiment": "knowledge_ladder", "variants": ["original", "shared", "own"], "seeds": [0], "workers": 2,
+        "grid": {"points": [[[1, 0.5]], [[0.5, 0.5]]]}}}))
+    out = tmp_path / "sweep"
+    assert main(["sweep", str(path), "--out", str(out)]) == 0
+    untimed = lambda r: {k: v for k, v in r.items() if k not in ("seconds", "command")}  # noqa: E731
+    swept = [json.loads(line)["summary"] for line in (out / "results.jsonl").read_text().splitlines()]
+    by_key = {r["key"]: untimed(r) for s in swept for r in s["records"]}
+    wanted = {r["key"]: untimed(r) for r in map(json.loads, (folder / "ladder.jsonl").read_text().splitlines())
+              if r["arm"] in ("original", "shared", "own")}
+    assert by_key == wanted
+    assert sum(not s["records"] for s in swept) == 1  # own at (0.5, 0.5): no base of its own there
+    report = (out / "report.md").read_text()
+    assert report.count("| original model |") == 1 and "Compression ladder" in report
+    capsys.readouterr()
+    assert main(["sweep", "--status", str(out)]) == 0
+    assert "6 runs: 6 done" in capsys.readouterr().out

@@ -50,6 +50,7 @@ class RunKind:
         started: run folder -> a few words on a stopped run's progress ("" when none).
         variant_list: the variant key holds a list (set to [variant]).
         seed_list: the seed key holds a list (set to [seed]).
+        threads_key: the dotted config key of a run's CPU threads (null: the sweep chooses).
     """
 
     name: str
@@ -63,6 +64,7 @@ class RunKind:
     started: Callable[[Path], str] = field(default=lambda folder: "")
     variant_list: bool = False
     seed_list: bool = False
+    threads_key: str = "train.threads"
 
 
 RUN_KINDS: dict[str, RunKind] = {}
@@ -123,6 +125,13 @@ def _train_check(runs: Sequence[Any], folder: Callable[[Any], Path]) -> None:
         seen.add(key)
         built = TASKS[task.name](task)
         preflight(run.config, build_model(model, run.config.train.seed), built.seq_len, built.vocab_size)
+    missing = [run for run in runs if run.config.train.init_from is not None
+               and not Path(run.config.train.init_from).exists()
+               and not (folder(run) / "summary.json").exists()
+               and not list_checkpoints(folder(run) / "checkpoints")]
+    if missing:
+        raise ModformerError(f"{len(missing)} run(s) start from weights that do not exist, e.g. {missing[0].run_id}: "
+                             f"train.init_from={missing[0].config.train.init_from} (train those runs first)")
 
 
 def _train_started(run_dir: Path) -> str:
@@ -132,6 +141,19 @@ def _train_started(run_dir: Path) -> str:
 
 register_kind(RunKind("train", "model.variant", "train.seed", config_from_dict, _train_command, _train_describe,
                       _train_report, _train_check, _train_started))
+
+
+def get_dotted(data: dict[str, Any], key: str, *, strict: bool = False) -> Any:
+    """data[a][b][c] for key 'a.b.c'; None where a section or the key is missing (KeyError
+    with `strict`)."""
+    node: Any = data
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            if strict:
+                raise KeyError(key)
+            return None
+        node = node[part]
+    return node
 
 
 def python_command(args: list[str]) -> list[str]:

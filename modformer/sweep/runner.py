@@ -28,11 +28,12 @@ from typing import Any, Callable, Sequence
 
 import yaml
 
+from ..configtools import set_dotted
 from ..errors import Interrupted, ModformerError
 from ..files import atomic_write_text, durable_append
 from ..train.checkpoint import list_checkpoints
 from ..train.records import read_records
-from .kinds import python_command, run_kind
+from .kinds import get_dotted, python_command, run_kind
 from .spec import RunSpec, Sweep
 
 IGNORED_WHEN_RESUMING = {"workers", "launcher", "slurm", "paper"}  # sweep keys that may change between invocations
@@ -125,17 +126,19 @@ class SweepRunner:
         Every launcher starts a run this way: a local worker here, a Slurm job on its node."""
         run_dir = self.run_dir(run)
         config = run.config.to_dict()
-        if "progress" in config["train"]:
-            config["train"]["progress"] = False
-        if config["train"].get("log_to") and config["train"].get("log_group") is None:
-            config["train"]["log_group"] = self.out.name  # the trackers group a sweep's runs
-        if config["train"]["threads"] is None:
+        train = config.get("train") or {}
+        if "progress" in train:
+            train["progress"] = False
+        if train.get("log_to") and train.get("log_group") is None:
+            train["log_group"] = self.out.name  # the trackers group a sweep's runs
+        if get_dotted(config, self.kind.threads_key) is None:
             # A run keeps the thread count it started with: another count sums floats in
             # another order, and its resumption would no longer be bit-identical.
             started = run_dir / "config.yaml"
             try:
-                config["train"]["threads"] = (yaml.safe_load(started.read_text())["train"]["threads"]
-                                              if started.exists() else threads)
+                set_dotted(config, self.kind.threads_key, get_dotted(yaml.safe_load(started.read_text()),
+                                                                     self.kind.threads_key, strict=True)
+                           if started.exists() else threads, "train")
             except (OSError, yaml.YAMLError, KeyError, TypeError) as e:
                 raise ModformerError(f"cannot read the config {started} of a started run "
                                      f"({e.__class__.__name__}); remove that run's folder to retrain it") from None
@@ -145,7 +148,7 @@ class SweepRunner:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(cfg_path, yaml.safe_dump(config, sort_keys=False))
         cmd = python_command(self.kind.command(cfg_path, run_dir))
-        return cmd, {"OMP_NUM_THREADS": str(config["train"]["threads"])}, log_path
+        return cmd, {"OMP_NUM_THREADS": str(get_dotted(config, self.kind.threads_key))}, log_path
 
     def _train(self, run: RunSpec, threads: int) -> None:
         if self._stopping:
@@ -197,13 +200,6 @@ class SweepRunner:
                 self._record({**self.base_record(run), "status": "done", "summary": json.loads(summary.read_text())})
                 continue
             todo.append(run)
-        # A run that starts from another run's weights needs them now, unless it has its own checkpoint.
-        missing = [run for run in todo if getattr(run.config.train, "init_from", None) is not None
-                   and not Path(run.config.train.init_from).exists()
-                   and not list_checkpoints(self.run_dir(run) / "checkpoints")]
-        if missing:
-            raise ModformerError(f"{len(missing)} run(s) start from weights that do not exist, e.g. {missing[0].run_id}: "
-                                 f"train.init_from={missing[0].config.train.init_from} (train those runs first)")
         return runs, todo
 
     def run(self) -> dict[str, dict[str, Any]]:
@@ -211,9 +207,11 @@ class SweepRunner:
         runs, todo = self.pending()
         workers = self.sweep.spec.workers
         threads = max(1, (os.cpu_count() or 1) // workers)
-        fixed = sorted({run.config.train.threads for run in todo} - {None})  # where train.threads sets them
-        default = any(run.config.train.threads is None for run in todo) or not todo
-        each = " or ".join([*(f"{t} (train.threads)" for t in fixed), *([str(threads)] if default else [])]) + \
+        key = self.kind.threads_key
+        chosen = [get_dotted(run.config.to_dict(), key) for run in todo]
+        fixed = sorted(set(chosen) - {None})  # where the config sets them
+        default = None in chosen or not todo
+        each = " or ".join([*(f"{t} ({key})" for t in fixed), *([str(threads)] if default else [])]) + \
             " thread(s)"
         self.echo(f"sweep {self.out}: {len(runs)} runs, {len(runs) - len(todo)} already finished, "
                   f"{len(todo)} to train with {workers} worker(s) of {each}")

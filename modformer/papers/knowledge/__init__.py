@@ -1,4 +1,5 @@
 """The knowledge base (arXiv 2501.00823) on a pretrained model: its command
-(`modformer knowledge-pretrained`) and its report writer for `modformer report`."""
+(`modformer knowledge-pretrained`), its report writer for `modformer report`, and the
+compression ladder as a kind of sweep run (`sweep.experiment: knowledge_ladder`)."""
 
-from . import command  # noqa: F401  (importing registers it)
+from . import command, sweep_kind  # noqa: F401  (importing registers them)

@@ -24,7 +24,7 @@ RECORDS = ("ladder.jsonl", "edits.jsonl", "repair.jsonl")
 def _settings(overrides: list[str]) -> dict:
     """A YAML config (the first argument, when it names a file) with dotted overrides on top."""
     data: dict = {}
-    if overrides and "=" not in overrides[0]:
+    if overrides and ("=" not in overrides[0] or Path(overrides[0]).is_file()):  # a sweep's run configs have '='s
         path = Path(overrides.pop(0))
         try:
             data = yaml.safe_load(path.read_text()) or {}
@@ -32,6 +32,7 @@ def _settings(overrides: list[str]) -> dict:
             raise ConfigError(f"cannot read the config {path}: {str(e).splitlines()[0]}") from None
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: expected a mapping of config keys")
+        data.pop("sweep", None)  # what `modformer sweep` reads (sweep.experiment: knowledge_ladder)
     for assignment in overrides:
         apply_override(data, assignment)
     return data
@@ -46,9 +47,16 @@ def _run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if args.experiment != "report":
         cfg = from_dict(CONFIGS[args.experiment], _settings(list(args.overrides)))
+        if args.one_run and args.experiment != "ladder":
+            raise ModformerError("--one-run is a ladder sweep's run: knowledge-pretrained ladder CONFIG --one-run")
         if args.experiment == "ladder":
             from .ladder import run_ladder
             run_ladder(cfg, out)
+            if args.one_run:  # a sweep's run: its summary marks it done
+                from .sweep_kind import write_run_summary
+                write_run_summary(out, cfg)
+                print(f"run: {out}")
+                return 0
         elif args.experiment == "edit":
             from .edits import run_edits
             run_edits(cfg, out)
@@ -81,6 +89,9 @@ def knowledge_pretrained_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("overrides", nargs="*", metavar="[CONFIG] key=value",
                    help="a YAML file of config keys (below), then dotted overrides, e.g. sizes=[1,5]")
     p.add_argument("--out", required=True, help="experiment folder (records, report.md, plots)")
+    p.add_argument("--one-run", action="store_true",
+                   help="ladder only: measure in --out as one run of a ladder sweep (sweep.experiment: "
+                        "knowledge_ladder) and write its summary.json")
     p.set_defaults(func=_run)
 
 

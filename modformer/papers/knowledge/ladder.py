@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from ...interop.packaged import NAME
-from ...configtools import option
+from ...configtools import option, to_dict
 from ...errors import ModformerError
 from ...knowledge.editing import Request, answered, perplexity
 from ...knowledge.fold import fold, fold_model, unfold_approximate, unfold_model_approximate
@@ -37,6 +37,9 @@ from ...model.transformer import Transformer
 from .known import known_fact_list
 from .loading import Pretrained, fact_requests, load_pretrained, text_blocks
 from .records import append_record, done_keys
+
+
+ARMS = ("original", "shared", "own", "lowrank")
 
 
 @dataclass
@@ -51,11 +54,20 @@ class LadderConfig:
     eval_blocks: int = option(12, "held-out blocks for perplexity")
     block_len: int = option(512, "tokens per block")
     threads: int = option(1, "torch threads")
+    arms: list[str] = option(default_factory=lambda: list(ARMS),
+                             help="the arms measured, of " + ", ".join(ARMS) + " (a ladder sweep's variants)")
+    seed: int = option(0, "the ladder draws nothing at random; a sweep's seed, kept with the config")
 
     def __post_init__(self) -> None:
+        unknown = [a for a in self.arms if a not in ARMS]
+        if unknown or not self.arms:
+            raise ModformerError(f"ladder arms must be among {', '.join(ARMS)}, got {self.arms}")
         for point in self.points:
             if len(point) != 2 or not 0 < point[1] <= point[0] <= 1:
                 raise ModformerError(f"ladder point {point}: need [n_E, d_E] fractions with 0 < d_E <= n_E <= 1")
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_dict(self)
 
 
 def coefficient_parameters(n_layers: int, d: int, n_entries: int, d_entry: int, shared: bool) -> int:
@@ -110,7 +122,7 @@ def run_ladder(cfg: LadderConfig, out: Path) -> Path:
         print(f"{key}: perplexity {rec['perplexity']:.3f}, facts {rec['facts_answered']}/{rec['facts_total']}, "
               f"{rec['seconds']:.0f} s", flush=True)
 
-    if "original" not in done:
+    if "original" in cfg.arms and "original" not in done:
         t = time.time()
         record("original", t, arm="original", n_entries=d_ff, d_entry=d_ff, parameters=3 * L * d * d_ff,
                **score(model, blocks, facts))
@@ -118,14 +130,14 @@ def run_ladder(cfg: LadderConfig, out: Path) -> Path:
         n_entries, d_entry = round(n_frac * d_ff), round(d_frac * d_ff)
         budget = coefficient_parameters(L, d, n_entries, d_entry, shared=True)
         key = f"shared/{n_entries}/{d_entry}"
-        if key not in done:
+        if "shared" in cfg.arms and key not in done:
             t = time.time()
             shared, errors = unfold_model_approximate(model, n_entries, d_entry)
             record(key, t, arm="shared", n_entries=n_entries, d_entry=d_entry, parameters=budget,
                    layer_errors=errors, **score(fold_model(shared), blocks, facts))
             del shared
         key = f"own/{n_entries}/{d_entry}"
-        if cfg.own and n_entries == d_ff and d_entry < d_ff and key not in done:
+        if cfg.own and "own" in cfg.arms and n_entries == d_ff and d_entry < d_ff and key not in done:
             t = time.time()
             own, errors = own_bases(model, n_entries, d_entry)
             record(key, t, arm="own", n_entries=n_entries, d_entry=d_entry,
@@ -134,7 +146,7 @@ def run_ladder(cfg: LadderConfig, out: Path) -> Path:
             del own
         rank = max(1, round(budget / (3 * L * (d + d_ff))))
         key = f"lowrank/{rank}"
-        if cfg.control and key not in done:
+        if cfg.control and "lowrank" in cfg.arms and key not in done:
             t = time.time()
             record(key, t, arm="lowrank", rank=rank, budget_of=f"shared/{n_entries}/{d_entry}",
                    parameters=3 * L * rank * (d + d_ff), **score(low_rank(model, rank), blocks, facts))

@@ -140,7 +140,24 @@ def _edits(records: list[dict[str, Any]], out: Path) -> list[str]:
 
 
 def write_report(out: Path) -> Path:
-    ladder, edits, repair = (read_records(out / f) for f in ("ladder.jsonl", "edits.jsonl", "repair.jsonl"))
+    """report.md (and its plots) of an experiment folder, from its records."""
+    return write_records_report(out, *(read_records(out / f) for f in ("ladder.jsonl", "edits.jsonl", "repair.jsonl")))
+
+
+def write_records_report(out: Path, ladder: list[dict[str, Any]], edits: list[dict[str, Any]],
+                         repair: list[dict[str, Any]]) -> Path:
+    """report.md and its plots in `out` from the given records (a folder's, or a ladder sweep's
+    runs' gathered).
+
+    Args:
+        out: the folder the report and its plots go to.
+        ladder: the compression ladder's records.
+        edits: the edit runs' records.
+        repair: the repair runs' records.
+
+    Returns:
+        The report.
+    """
     lines = ["# The knowledge base on a pretrained model", ""]
     if ladder:
         lines += _ladder(ladder, repair, out)
