@@ -22,6 +22,7 @@ def sweep_file(tmp_path, tiny_teacher, **sweep):
     return path
 
 
+@pytest.mark.slow  # two worker processes and a one-folder experiment: about a minute on 2 cores
 def test_the_arms_as_a_sweep_give_the_experiment_folders_results(tiny_teacher, tmp_path, monkeypatch, capsys):
     """Two arms as two worker processes: each run's summary equals the same arm and seed run
     by `modformer llm-modules` in one folder (but for the time taken), the report is the
