@@ -344,3 +344,21 @@ def test_a_bridge_runs_at_the_hook_point_of_its_place():
         assert torch.equal(seen["h"], alone["blocks.1.resid_post"])
         stream = original(seen["h"], states, causal_visibility(5, torch.tensor([5])))
         assert torch.equal(out, student.lm_head(student.norm(stream)))
+
+
+def test_a_hooked_gate_is_recomputed_with_its_block_after_the_with_block_ends():
+    """The gate's hook point is the bridge's, not the student block's; the bridge runs inside
+    the block's recomputation, so backward after the `hooked` block must still see the hook."""
+    grads = []
+    for recompute in (False, True):
+        student, combined = bridged()
+        combined.train()
+        student.activation_checkpointing = recompute
+        tokens = torch.randint(0, 100, (2, 7), generator=torch.Generator().manual_seed(0))
+        states = torch.randn(2, 7, 32, generator=torch.Generator().manual_seed(1))
+        with hooked(combined, {"bridges.block_1.gate_value": lambda _name, g: 0.5 * g}):
+            loss = combined(tokens, states, causal_visibility(7, torch.tensor([7, 5]))).square().mean()
+        loss.backward()
+        grads.append({n: p.grad.clone() for n, p in combined.named_parameters()})
+    for name in grads[0]:
+        torch.testing.assert_close(grads[1][name], grads[0][name], rtol=1e-6, atol=1e-7, msg=name)

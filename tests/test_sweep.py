@@ -414,3 +414,22 @@ def test_a_language_modelling_budget_is_counted_in_tokens_on_the_curve_and_the_r
     assert drawn["mark"][0] == 40_000 * 512 * 256 and "trainer.py's tokens" in drawn["mark"][1]
     assert {x: sorted(v) for x, v in drawn["lines"]["standard"].items()} == {tokens[10]: [4.0, 4.0],
                                                                             tokens[40]: [1.0, 1.0]}
+
+
+def test_a_sweep_saved_before_sweep_experiment_existed_resumes(tmp_path):
+    """Its sweep.yaml has no `experiment`: it is a train sweep, the same sweep as today's file."""
+    import yaml as _yaml
+
+    from modformer.sweep.runner import SweepRunner
+    from modformer.sweep.spec import load_sweep
+
+    path = tmp_path / "s.yaml"
+    path.write_text(_yaml.safe_dump({"model": {"d_model": 32, "n_layers": 1, "n_heads": 2},
+                                     "task": {"name": "condattend", "n_pairs": 3},
+                                     "sweep": {"variants": ["standard"], "seeds": [0]}}))
+    out = tmp_path / "out"
+    SweepRunner(load_sweep(path), out, echo=lambda m: None)._check_same_sweep()
+    saved = _yaml.safe_load((out / "sweep.yaml").read_text())
+    del saved["sweep"]["experiment"]  # as an older modformer wrote it
+    (out / "sweep.yaml").write_text(_yaml.safe_dump(saved))
+    SweepRunner(load_sweep(path), out, echo=lambda m: None)._check_same_sweep()  # no "different sweep"

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import weakref
 from typing import Callable, Iterator, Mapping
 
 import torch
@@ -60,6 +61,9 @@ class HookPoint(nn.Module):
         return x
 
 
+_ACTIVE: "weakref.WeakSet[HookPoint]" = weakref.WeakSet()  # the points `hooked` gave functions
+
+
 def pinned(module: nn.Module) -> Callable[..., torch.Tensor]:
     """`module` as a function that runs, whenever called, the hook functions active now.
 
@@ -70,7 +74,10 @@ def pinned(module: nn.Module) -> Callable[..., torch.Tensor]:
         fn(*args) -> module(*args) with each of its hook points' functions as they are at
             this call; what activation checkpointing recomputes in backward.
     """
+    # The block's own points, and every point with functions now: a bridge's gate runs inside
+    # the block's recomputation though it is not the block's.
     now = {point: point.fns for point in module.modules() if isinstance(point, HookPoint)}
+    now.update({point: point.fns for point in list(_ACTIVE)})
 
     def call(*args):
         then = {point: point.fns for point in now}
@@ -126,11 +133,14 @@ def hooked(model: nn.Module, hooks: Mapping[str, Hook]) -> Iterator[None]:
              for name, point in _matching(model, [pattern]).items()]
     for point, entry in added:
         point.fns = (*point.fns, entry)
+        _ACTIVE.add(point)
     try:
         yield
     finally:
         for point, entry in added:
             point.fns = tuple(e for e in point.fns if e is not entry)
+            if not point.fns:
+                _ACTIVE.discard(point)
 
 
 @contextlib.contextmanager

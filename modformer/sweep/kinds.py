@@ -92,6 +92,18 @@ def run_kind(name: str) -> RunKind:
     return RUN_KINDS[name]
 
 
+def kind_of(sweep_dir: Path) -> RunKind:
+    """The kind of the runs of the sweep in `sweep_dir`, as its sweep.yaml says (train where
+    it says nothing: saved before sweep.experiment existed)."""
+    import yaml
+
+    try:
+        saved = yaml.safe_load((Path(sweep_dir) / "sweep.yaml").read_text()) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise ModformerError(f"cannot read {Path(sweep_dir) / 'sweep.yaml'} ({e.__class__.__name__})") from None
+    return run_kind((saved.get("sweep") or {}).get("experiment", "train"))
+
+
 # -- train: one `modformer train` run ---------------------------------------------------------
 
 def _train_command(config: Path, run_dir: Path) -> list[str]:

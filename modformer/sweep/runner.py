@@ -96,6 +96,8 @@ class SweepRunner:
         mine = self.sweep.to_dict()
         if saved.exists():
             old = yaml.safe_load(saved.read_text()) or {}
+            if isinstance(old.get("sweep"), dict):  # saved before sweep.experiment existed: a train sweep
+                old["sweep"].setdefault("experiment", "train")
             strip = lambda d: {**d, "sweep": {k: v for k, v in d.get("sweep", {}).items()  # noqa: E731
                                               if k not in IGNORED_WHEN_RESUMING}}
             if not extends(strip(old), strip(mine)):  # the same sweep extends itself

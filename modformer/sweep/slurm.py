@@ -44,7 +44,7 @@ from ..errors import ModformerError
 from ..files import durable_append
 from ..lock import take_lock
 from ..train.records import read_records
-from .kinds import RunKind
+from .kinds import RunKind, kind_of
 from .runner import SweepRunner, append_result, checked_results, done_line, read_results
 from .slurm_states import LIVE, LOST_AFTER_S, query_states
 from .spec import RunSpec
@@ -96,11 +96,13 @@ def job_states(out: Path, jobs: dict[str, dict[str, Any]], *, lost_after_s: floa
     return query_states(out, jobs, lost_after_s=lost_after_s, echo=echo)
 
 
-def gather(out: Path, states: dict[str, str], echo: Callable[[str], None], kind: RunKind) -> None:
+def gather(out: Path, states: dict[str, str], echo: Callable[[str], None], kind: RunKind | None = None) -> None:
     """Record each run whose latest job has ended (by `states`) and is not recorded yet: done
     where it wrote its summary, else failed with its Slurm state, its last checkpoint and, for
     a training that failed, the last line of its log (a job killed by scancel, its time limit
-    or a lost node stopped a training that had nothing to say). `kind`: what the runs are."""
+    or a lost node stopped a training that had nothing to say). `kind`: what the runs are
+    (None: as the folder's sweep.yaml says)."""
+    kind = kind or kind_of(out)
     jobs, results = submitted_jobs(out), read_results(out)
     for run_id, state in states.items():
         job, record = jobs[run_id], results.get(run_id, {})
