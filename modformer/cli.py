@@ -103,7 +103,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if path is None:  # submitted to Slurm, not followed
         print(f"submitted: {out}")
         return 0
-    print(f"\n{summary_sections(path.read_text())}\n\nsweep finished: {out}\nreport: {path}")
+    report = path.read_text()
+    print(f"\n{summary_sections(report) or report}\n\nsweep finished: {out}\nreport: {path}")
     return 0
 
 

@@ -115,6 +115,10 @@ class TeacherStateCache:
         parent = next(iter(folders.values())).parent if folders else None
         if parent is None:
             return {}
+        ready = {layer: cls._open(folder, fingerprint(teacher_name, layer, dtype, rows, keep, resolve_precision(
+            precision, next(teacher.parameters()).device))) for layer, folder in folders.items()}
+        if all(cache is not None for cache in ready.values()):  # a read-only shared cache needs no lock
+            return ready
         parent.mkdir(parents=True, exist_ok=True)
         with take_lock(parent / ".build.lock", wait=True):
             return cls._build_layers(teacher, teacher_name, rows, folders, dtype=dtype, batch_size=batch_size,

@@ -39,13 +39,13 @@ class RunKind:
         variant_key: the dotted config key a variant sets ("model.variant"); `variant_list`
             when the config holds a list there (an LLM-Modules config's `arms`).
         seed_key: the dotted config key a seed sets ("train.seed"); `seed_list` likewise.
-        read: plain config data -> the checked config (a dataclass with `to_dict()` and a
-            `train` section holding `threads`).
+        read: plain config data -> the checked config (a dataclass with `to_dict()`).
         command: (config file, run folder) -> the `modformer` arguments that train the run
             there, resuming it when it has begun.
         describe: a finished run's summary -> a few words on its outcome (the `done` line,
             `--status`).
-        report: the sweep folder -> the report it wrote.
+        report: the sweep folder -> the report it wrote; None: the sweep's own report of
+            `modformer train` runs (modformer/sweep/report.py).
         check: check(runs, run_folder_of) refuses a sweep whose runs cannot start, before any does.
         started: run folder -> a few words on a stopped run's progress ("" when none).
         variant_list: the variant key holds a list (set to [variant]).
@@ -59,7 +59,7 @@ class RunKind:
     read: Callable[[dict[str, Any]], Any]
     command: Callable[[Path, Path], list[str]]
     describe: Callable[[dict[str, Any]], str]
-    report: Callable[[Path], Path]
+    report: Callable[[Path], Path] | None
     check: Callable[[Sequence[Any], Callable[[Any], Path]], None] = field(default=lambda runs, folder: None)
     started: Callable[[Path], str] = field(default=lambda folder: "")
     variant_list: bool = False
@@ -118,12 +118,6 @@ def _train_describe(summary: dict[str, Any]) -> str:
     return f"test accuracy {test['accuracy']:.4f}" + (f", loss {test['loss']:.4f}" if "loss" in test else "")
 
 
-def _train_report(sweep_dir: Path) -> Path:
-    from .report import write_report  # the report imports the runner's reading of records
-
-    return write_report(sweep_dir)
-
-
 def _train_check(runs: Sequence[Any], folder: Callable[[Any], Path]) -> None:
     """Each distinct model built once and checked as `modformer train` does; a run that
     starts from another run's weights needs them now, unless it has its own checkpoint."""
@@ -152,7 +146,7 @@ def _train_started(run_dir: Path) -> str:
 
 
 register_kind(RunKind("train", "model.variant", "train.seed", config_from_dict, _train_command, _train_describe,
-                      _train_report, _train_check, _train_started))
+                      None, _train_check, _train_started))
 
 
 def get_dotted(data: dict[str, Any], key: str, *, strict: bool = False) -> Any:

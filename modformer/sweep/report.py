@@ -107,8 +107,9 @@ def write_report(sweep_dir: str | Path) -> Path:
     sweep_dir = Path(sweep_dir)
     spec, done, failed = _load(sweep_dir)
     sw = spec["sweep"]
-    if sw.get("experiment", "train") != "train":  # another kind of run has its own report
-        return run_kind(sw["experiment"]).report(sweep_dir)
+    kind = run_kind(sw.get("experiment", "train"))
+    if kind.report is not None:  # another kind of run has its own report
+        return kind.report(sweep_dir)
     metric, mode = sw["metric"], sw["mode"]
     # Each variant under the name of what ran (a mixer of yours named: `variants.base.model_label`).
     names = _model_names(done)

@@ -2,7 +2,8 @@
 
 Slurm and submitit do the scheduling; this module only describes the runs and gathers what
 they leave. Each array task runs on its node exactly what a local worker runs
-(`SweepRunner.prepare`: `python -m modformer.cli train CONFIG --out RUN_DIR --resume`, in the
+(`SweepRunner.prepare`: `python -m modformer.cli train CONFIG --out RUN_DIR --resume`, or its run
+kind's command (modformer/sweep/kinds.py), in the
 submitting folder, with the submitting PYTHONPATH, so parts named by import path import there
 as they do here; the node imports no modformer beyond that). The submitting side records each
 ended job in the sweep's results.jsonl when it follows (--wait) or submits again. So the same
@@ -73,7 +74,7 @@ def import_submitit():
 
 
 def job_command(cmd: list[str], env: dict[str, str], log_path: Path) -> list[str]:
-    """The command an array task runs on its node: the run's `modformer train` command with
+    """The command an array task runs on its node: the run's command (`modformer train`, or its kind's) with
     its environment added to the node's (which holds what Slurm sets there, e.g. the GPUs),
     its output appended to the run's log as a local worker's is."""
     exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())

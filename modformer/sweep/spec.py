@@ -10,7 +10,8 @@ A sweep file is a run config (sections model, task, train: the base of every run
       workers: 2
       launcher: local            # or slurm: one job array (sweep.slurm, modformer/sweep/slurm.py)
 
-Every run is the base config with `model.variant`, one grid point and `train.seed` set.
+Every run is the base config with its variant, one grid point and its seed set (`model.variant`
+and `train.seed` for the default kind of run).
 All runs are built and checked before the first starts, so a bad grid key fails at once.
 `sweep.experiment` says what a run is (`modformer/sweep/kinds.py`): `train` (the default),
 or a kind a paper registers, whose variant and seed keys are its own (an LLM-Modules
@@ -40,7 +41,8 @@ from .slurm_config import LAUNCHERS, SlurmConfig
 class SweepConfig:
     experiment: str = option("train", "what each run is: train (a `modformer train` run; its variant sets "
                                       "model.variant), or a kind a paper registers (llm_modules: one arm and seed of "
-                                      "an LLM-Modules experiment; its variants are arms)")
+                                      "an LLM-Modules experiment; its variants are arms; knowledge_ladder: one arm at one point "
+                                      "of the compression ladder on a pretrained model)")
     variants: list[str] = option(default_factory=lambda: ["standard"],
                                  help="variants to compare (model.variant; an LLM-Modules experiment's arms)")
     grid: dict[str, list[Any]] = option(

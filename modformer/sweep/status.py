@@ -62,8 +62,8 @@ def run_statuses(out: Path) -> list[tuple[str, str, str]]:
         elif record.get("status") == "failed":
             cancelled = record.get("slurm_state") == "CANCELLED"
             rows.append((run.run_id, "cancelled" if cancelled else "failed", record.get("error", "")))
-        elif kind.started(run_dir):
-            rows.append((run.run_id, "started", kind.started(run_dir)))
+        elif started := kind.started(run_dir):
+            rows.append((run.run_id, "started", started))
         else:
             rows.append((run.run_id, "not started", ""))
     return rows

@@ -13,6 +13,8 @@ import yaml
 from ...commands import Command, ReportWriter, describe_parser, register, register_report
 from ...configtools import apply_override, describe, from_dict, key_lines
 from ...errors import ConfigError, ModformerError
+from ...files import output_folder
+from ...lock import take_lock
 from .edits import EditRunConfig
 from .ladder import LadderConfig
 from .repair import RepairConfig
@@ -49,14 +51,20 @@ def _run(args: argparse.Namespace) -> int:
         cfg = from_dict(CONFIGS[args.experiment], _settings(list(args.overrides)))
         if args.one_run and args.experiment != "ladder":
             raise ModformerError("--one-run is a ladder sweep's run: knowledge-pretrained ladder CONFIG --one-run")
+        if args.experiment == "ladder" and args.one_run:  # a sweep's run: its summary marks it done
+            from .ladder import run_ladder
+            from .sweep_kind import write_run_summary
+
+            output_folder(out)
+            with take_lock(out / "ladder.lock", wait=False, busy=(
+                    f"{out} is being measured by {{holder}}: one ladder run per folder (lock file {{path}})")):
+                run_ladder(cfg, out)
+                write_run_summary(out, cfg)
+            print(f"run: {out}")
+            return 0
         if args.experiment == "ladder":
             from .ladder import run_ladder
             run_ladder(cfg, out)
-            if args.one_run:  # a sweep's run: its summary marks it done
-                from .sweep_kind import write_run_summary
-                write_run_summary(out, cfg)
-                print(f"run: {out}")
-                return 0
         elif args.experiment == "edit":
             from .edits import run_edits
             run_edits(cfg, out)

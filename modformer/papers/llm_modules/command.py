@@ -36,7 +36,8 @@ def _report(args: argparse.Namespace) -> int:
 
     print("modformer: modules-report is now `modformer report DIR`", file=sys.stderr)
     if not _holds(Path(args.out)):
-        raise ModformerError(f"{args.out} is not an LLM-Modules experiment folder (no config.yaml and split.json)")
+        raise ModformerError(f"{args.out} is not an LLM-Modules experiment folder (no config.yaml, split.json and "
+                             f"runs/)")
     path = write_modules_report(Path(args.out))
     print(path.read_text() if args.print else f"report: {path}")
     return 0
@@ -69,7 +70,8 @@ def modules_report_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _holds(folder: Path) -> bool:
-    return (folder / "split.json").is_file() and (folder / "config.yaml").is_file()
+    # (a sweep's one run has split.json and config.yaml too, but no runs/ of arms)
+    return (folder / "split.json").is_file() and (folder / "config.yaml").is_file() and (folder / "runs").is_dir()
 
 
 def _write(folder: Path) -> Path:

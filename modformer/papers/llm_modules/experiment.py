@@ -6,7 +6,7 @@
     OUT/runs/ARM/seed_S/        metrics.jsonl and summary.json of each run (and, while it trains,
                                 checkpoint.safetensors: a stopped run continues from there)
     OUT/results.jsonl           one line per finished run
-    OUT/report.md, curves.png   written by `modules_report`
+    OUT/report.md, curves.png   written by `report.write_modules_report`
     OUT/modules.lock            held while an experiment runs here (modformer/lock.py)
 
 As one run of a sweep (`sweep.experiment: llm_modules`, `modformer llm-modules CONFIG --out

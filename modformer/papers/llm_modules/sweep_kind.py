@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from safetensors import SafetensorError, safe_open
 
 from ...configtools import from_dict
 from ...errors import ModformerError
@@ -29,7 +30,6 @@ from ...files import atomic_write_text
 from ...sweep.kinds import RunKind, register_kind
 from ...sweep.report import point_label
 from ...sweep.runner import read_results
-from ...train.checkpoint import read_checkpoint
 from .config import ModulesConfig
 from .report import report_lines
 
@@ -44,8 +44,28 @@ def _describe(summary: dict[str, Any]) -> str:
 
 
 def _started(run_dir: Path) -> str:
+    """The step of a stopped run's checkpoint, from its header alone (not its tensors)."""
     checkpoint = run_dir / "checkpoint.safetensors"
-    return f"checkpoint at step {read_checkpoint(checkpoint).step}" if checkpoint.is_file() else ""
+    if not checkpoint.is_file():
+        return ""
+    try:
+        with safe_open(str(checkpoint), framework="pt") as f:
+            return f"checkpoint at step {int((f.metadata() or {})['step'])}"
+    except (OSError, ValueError, KeyError, SafetensorError):
+        return "checkpoint (unreadable)"
+
+
+def _check(runs, folder) -> None:
+    """Bridges a modformer student cannot take fail now, not in every run after its data."""
+    for run in runs:
+        cfg = run.config
+        if cfg.student.model != "modformer":
+            continue
+        wrong = [p for p in cfg.bridge.places if p != "input" and not (
+            p.startswith("block_") and p[6:].isdigit() and int(p[6:]) < cfg.student.n_layers)]
+        if wrong:
+            raise ModformerError(f"bridge.places: {wrong[0]!r} is no place of a {cfg.student.n_layers}-block student "
+                                 f"(input, or block_i with i < {cfg.student.n_layers})")
 
 
 def write_sweep_report(sweep_dir: Path) -> Path:
@@ -87,4 +107,5 @@ def write_sweep_report(sweep_dir: Path) -> Path:
 
 
 register_kind(RunKind("llm_modules", "arms", "seeds", lambda data: from_dict(ModulesConfig, data), _command,
-                      _describe, write_sweep_report, started=_started, variant_list=True, seed_list=True))
+                      _describe, write_sweep_report, check=_check, started=_started, variant_list=True,
+                      seed_list=True))
