@@ -40,14 +40,23 @@ def test_an_old_name_works_and_says_the_new_one(old, new, capsys):
 
 
 def test_report_writes_an_llm_modules_folders_report_as_its_own_command_did(tmp_path, capsys):
-    folder = tmp_path / "facts"
-    shutil.copytree(ROOT / "results/llm_modules/facts", folder)
+    folder = tmp_path / "facts_layers"  # laid out by `modformer llm-modules` (one process, one folder)
+    shutil.copytree(ROOT / "results/llm_modules/facts_layers", folder)
     committed = (folder / "report.md").read_text()
     (folder / "report.md").unlink()
     assert main(["report", str(folder)]) == 0
     assert (folder / "report.md").read_text() == committed
     assert main(["modules-report", str(folder)]) == 0
     assert "modules-report is now `modformer report DIR`" in capsys.readouterr().err
+
+
+def test_report_of_the_facts_experiment_laid_out_as_a_sweep_is_its_committed_report(tmp_path):
+    folder = tmp_path / "facts"
+    shutil.copytree(ROOT / "results/llm_modules/facts", folder)
+    committed = (folder / "report.md").read_text()
+    (folder / "report.md").unlink()
+    assert main(["report", str(folder)]) == 0
+    assert (folder / "report.md").read_text() == committed
 
 
 def test_report_of_a_folder_of_no_known_kind_is_one_line(tmp_path, capsys):

@@ -109,3 +109,57 @@ def write_sweep_report(sweep_dir: Path) -> Path:
 register_kind(RunKind("llm_modules", "arms", "seeds", lambda data: from_dict(ModulesConfig, data), _command,
                       _describe, write_sweep_report, check=_check, started=_started, variant_list=True,
                       seed_list=True))
+
+
+def folder_as_sweep(folder: Path, config: Path, out: Path) -> Path:
+    """An experiment folder of `modformer llm-modules` (runs/ARM/seed_S/) laid out as the sweep
+    `modformer sweep CONFIG --out OUT` makes, without training: each run's summary and metrics
+    moved as they are, its config as the sweep builds it (which must equal the folder's, arm
+    and seed aside), results.jsonl, sweep.yaml, commands.txt and the report. For records made
+    before the protocol; returns the report.
+
+    Args:
+        folder: the experiment folder (config.yaml, split.json, runs/).
+        config: the experiment's config file with its `sweep` section (what rebuilds it).
+        out: the sweep folder to write (must not exist; may be `folder` itself).
+
+    Returns:
+        The report (out/report.md).
+    """
+    import shutil
+    import tempfile
+
+    from ...configtools import flatten, to_dict
+    from ...sweep.spec import load_sweep
+
+    sweep = load_sweep(config)
+    saved = from_dict(ModulesConfig, yaml.safe_load((folder / "config.yaml").read_text()))
+    runs = sweep.runs()
+    built = ModulesConfig.to_dict(runs[0].config)
+    mine = {k: v for k, v in flatten(to_dict(saved)).items() if k not in ("arms", "seeds")}
+    theirs = {k: v for k, v in flatten(built).items() if k not in ("arms", "seeds")}
+    if mine != theirs:
+        differ = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
+        raise ModformerError(f"{config} builds another experiment than {folder} holds ({', '.join(differ[:4])})")
+    work = Path(tempfile.mkdtemp(prefix=".as-sweep-", dir=out.parent))
+    rows = []
+    for run in runs:
+        source = folder / "runs" / run.variant / f"seed_{run.seed}"
+        if not (source / "summary.json").is_file():
+            raise ModformerError(f"{folder} has no finished run {run.variant} seed {run.seed}")
+        target = work / "runs" / run.run_id
+        target.mkdir(parents=True)
+        for name in ("summary.json", "metrics.jsonl"):
+            shutil.copy2(source / name, target / name)
+        shutil.copy2(folder / "split.json", target / "split.json")
+        atomic_write_text(target / "config.yaml", run.config.to_yaml())
+        rows.append({"run_id": run.run_id, "variant": run.variant, "point": {}, "seed": run.seed,
+                     "run_dir": f"runs/{run.run_id}", "status": "done",
+                     "summary": json.loads((source / "summary.json").read_text())})
+    atomic_write_text(work / "results.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+    atomic_write_text(work / "sweep.yaml", yaml.safe_dump(sweep.to_dict(), sort_keys=False))
+    atomic_write_text(work / "commands.txt", f"modformer sweep {config} --out {out}\n")
+    if out.exists():
+        shutil.rmtree(out)
+    work.rename(out)
+    return write_sweep_report(out)
