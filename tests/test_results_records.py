@@ -13,6 +13,9 @@ from pathlib import Path
 
 import pytest
 
+import modformer  # noqa: F401  (the papers' run kinds)
+from modformer.sweep.kinds import kind_of
+
 ROOT = Path(__file__).parent.parent
 RESULTS = ROOT / "results"
 CLEAN = re.compile(r"^\d+\.\d+\.\d+\+[0-9a-f]{12}$")
@@ -62,8 +65,9 @@ def test_every_sweep_row_has_its_run_records_and_every_run_a_row(folder):
     last = {row["run_dir"]: row["status"] for row in rows}  # a failure retried by the same command comes before
     assert set(last.values()) == {"done"}, f"{rel(folder)}: runs whose last record is not done: " \
         f"{sorted(r for r, s in last.items() if s != 'done')[:3]}"
+    files = kind_of(folder).files  # summary, records, config: what a finished run of its kind leaves
     for run_dir in sorted(listed):
-        for name in ("summary.json", "metrics.jsonl", "config.yaml"):
+        for name in files:
             assert (folder / run_dir / name).is_file(), f"{rel(folder)}: {run_dir}/{name} is not committed"
     on_disk = {str(p.parent.relative_to(folder)) for p in (folder / "runs").rglob("summary.json")}
     assert on_disk <= listed, f"{rel(folder)}: runs not in results.jsonl (superseded?): {sorted(on_disk - listed)[:3]}"

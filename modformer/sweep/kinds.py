@@ -9,8 +9,9 @@ that trains one run in its folder, and how its report is written. `sweep.experim
 the kind (`train`, here; `llm_modules`, registered by modformer/papers/llm_modules/: a
 variant is an arm).
 
-Every kind's run folder holds `summary.json` once the run is done (what marks it done) and
-`metrics.jsonl`; the command resumes a stopped run from its own checkpoint.
+Every kind's run folder holds `summary.json` once the run is done (what marks it done), the
+config it started with, and its records (`files` names them); the command resumes a stopped
+run from where it stopped.
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ class RunKind:
         variant_list: the variant key holds a list (set to [variant]).
         seed_list: the seed key holds a list (set to [seed]).
         threads_key: the dotted config key of a run's CPU threads (null: the sweep chooses).
+        files: what a finished run's folder holds: summary, records, config (the results'
+            tests check that each committed run has them).
     """
 
     name: str
@@ -65,6 +68,7 @@ class RunKind:
     variant_list: bool = False
     seed_list: bool = False
     threads_key: str = "train.threads"
+    files: tuple[str, ...] = ("summary.json", "metrics.jsonl", "config.yaml")
 
 
 RUN_KINDS: dict[str, RunKind] = {}

@@ -13,7 +13,7 @@ import yaml
 from ...commands import Command, ReportWriter, describe_parser, register, register_report
 from ...configtools import apply_override, describe, from_dict, key_lines
 from ...errors import ConfigError, ModformerError
-from ...files import output_folder
+from ...files import atomic_write_text, output_folder
 from ...lock import take_lock
 from .edits import EditRunConfig
 from .ladder import LadderConfig
@@ -58,6 +58,7 @@ def _run(args: argparse.Namespace) -> int:
             output_folder(out)
             with take_lock(out / "ladder.lock", wait=False, busy=(
                     f"{out} is being measured by {{holder}}: one ladder run per folder (lock file {{path}})")):
+                atomic_write_text(out / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False))
                 run_ladder(cfg, out)
                 write_run_summary(out, cfg)
             print(f"run: {out}")

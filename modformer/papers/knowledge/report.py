@@ -145,7 +145,8 @@ def write_report(out: Path) -> Path:
 
 
 def write_records_report(out: Path, ladder: list[dict[str, Any]], edits: list[dict[str, Any]],
-                         repair: list[dict[str, Any]]) -> Path:
+                         repair: list[dict[str, Any]],
+                         where: str = "every record's `command` and `seconds` in the folder's *.jsonl") -> Path:
     """report.md and its plots in `out` from the given records (a folder's, or a ladder sweep's
     runs' gathered).
 
@@ -154,6 +155,7 @@ def write_records_report(out: Path, ladder: list[dict[str, Any]], edits: list[di
         ladder: the compression ladder's records.
         edits: the edit runs' records.
         repair: the repair runs' records.
+        where: where the records' commands and times are, in words.
 
     Returns:
         The report.
@@ -163,7 +165,7 @@ def write_records_report(out: Path, ladder: list[dict[str, Any]], edits: list[di
         lines += _ladder(ladder, repair, out)
     if edits:
         lines += _edits(edits, out)
-    lines += ["Commands and times: every record's `command` and `seconds` in the folder's *.jsonl.", ""]
+    lines += [f"Commands and times: {where}.", ""]
     path = out / "report.md"
     atomic_write_text(path, "\n".join(lines))
     return path

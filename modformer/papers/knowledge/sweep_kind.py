@@ -36,6 +36,8 @@ from .report import write_records_report
 
 def write_run_summary(out: Path, cfg: LadderConfig) -> dict[str, Any]:
     """summary.json of one ladder run (what marks it done in a sweep), from its records."""
+    if not (out / "ladder.jsonl").exists():  # nothing measured here: an empty list of records
+        atomic_write_text(out / "ladder.jsonl", "")
     records = read_records(out / "ladder.jsonl")
     summary: dict[str, Any] = {**(records[0] if len(records) == 1 else {}), "arms": cfg.arms, "points": cfg.points,
                                "records": records, "code_version": code_version(), "machine": machine()}
@@ -68,7 +70,8 @@ def write_ladder_sweep_report(sweep_dir: Path) -> Path:
     order = {"original": 0, "shared": 1, "own": 2, "lowrank": 3}
     points = {r["key"]: i for i, r in enumerate(records.values())}
     ladder = sorted(records.values(), key=lambda r: (r["arm"] != "original", _point(r), order[r["arm"]], points[r["key"]]))
-    return write_records_report(sweep_dir, ladder, [], [])
+    return write_records_report(sweep_dir, ladder, [], [], "each record's `command` and `seconds` in its run's "
+                                                           "summary.json (runs/), the sweep's commands in commands.txt")
 
 
 def _point(record: dict[str, Any]) -> tuple:
@@ -80,4 +83,5 @@ def _point(record: dict[str, Any]) -> tuple:
 
 
 register_kind(RunKind("knowledge_ladder", "arms", "seed", lambda data: from_dict(LadderConfig, data), _command,
-                      _describe, write_ladder_sweep_report, variant_list=True, threads_key="threads"))
+                      _describe, write_ladder_sweep_report, variant_list=True, threads_key="threads",
+                      files=("summary.json", "ladder.jsonl", "config.yaml")))
