@@ -101,7 +101,8 @@ def test_a_layer_another_process_cached_first_is_used_and_the_others_still_land(
     assert torch.equal(caches[0].get([0, 1, 2])[0],
                        TeacherStateCache.build(Teacher(teacher.model, 0), "tiny", rows, tmp_path / "alone0").get(
                            [0, 1, 2])[0])
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["alone0", "layer0", "layer2", "theirs"]  # no partials left
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != ".build.lock") == [
+        "alone0", "layer0", "layer2", "theirs"]  # no partials left (the builders' lock file aside)
 
 
 def test_each_bridge_reads_the_states_given_for_its_place():
