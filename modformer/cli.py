@@ -30,6 +30,7 @@ from .version import source_version
 from .sweep.curve import write_curve
 from .sweep.quote import quote_arguments
 from .sweep.report import summary_sections, write_report
+from .sweep.kinds import RUN_KINDS
 from .sweep.slurm_config import LAUNCHERS, SlurmConfig
 from .sweep.spec import SweepConfig
 from .sweep.status import format_status
@@ -52,7 +53,8 @@ def _config_help() -> str:
 
 def _sweep_help() -> str:
     rows = describe(SweepConfig, "sweep")
-    return "\n".join(["sweep keys:", *key_lines(rows)])
+    kinds = [f"  {k.name:<20}variant {k.variant_key}, seed {k.seed_key}" for k in RUN_KINDS.values()]
+    return "\n".join(["sweep keys:", *key_lines(rows), "", "kinds of run (sweep.experiment):", *kinds])
 
 
 def format_results(summary: dict) -> str:

@@ -46,7 +46,7 @@ class ReportWriter:
     """How `modformer report DIR` writes the report of one kind of experiment folder.
 
     Args:
-        kind: what the folder holds, for messages ("an LLM-Modules experiment").
+        kind: what the folder holds, for messages ("an experiment folder of X").
         holds: holds(folder) -> whether the folder is of this kind.
         write: write(folder) -> the report it wrote (report.md).
     """

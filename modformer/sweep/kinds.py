@@ -6,8 +6,8 @@ process, by local workers or a Slurm job array, recorded in results.jsonl, follo
 `--status`, reported by `modformer report` and quoted by `modformer quote`. A run kind says
 what differs: how a run's config is read, which keys a variant and a seed set, the command
 that trains one run in its folder, and how its report is written. `sweep.experiment` names
-the kind (`train`, here; `llm_modules`, registered by modformer/papers/llm_modules/: a
-variant is an arm).
+the kind: `train`, here, or one a paper's package registers (`modformer sweep --help` lists
+them), whose variants may be something else than `model.variant` (an experiment's arms).
 
 Every kind's run folder holds `summary.json` once the run is done (what marks it done), the
 config it started with, and its records (`files` names them); the command resumes a stopped
@@ -38,7 +38,7 @@ class RunKind:
     Args:
         name: the value of `sweep.experiment` that selects it.
         variant_key: the dotted config key a variant sets ("model.variant"); `variant_list`
-            when the config holds a list there (an LLM-Modules config's `arms`).
+            when the config holds a list there (a list of arms, say).
         seed_key: the dotted config key a seed sets ("train.seed"); `seed_list` likewise.
         read: plain config data -> the checked config (a dataclass with `to_dict()`).
         command: (config file, run folder) -> the `modformer` arguments that train the run

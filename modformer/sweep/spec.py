@@ -14,8 +14,7 @@ Every run is the base config with its variant, one grid point and its seed set (
 and `train.seed` for the default kind of run).
 All runs are built and checked before the first starts, so a bad grid key fails at once.
 `sweep.experiment` says what a run is (`modformer/sweep/kinds.py`): `train` (the default),
-or a kind a paper registers, whose variant and seed keys are its own (an LLM-Modules
-experiment's `arms` and `seeds`: `sweep.experiment: llm_modules`).
+or a kind a paper registers, whose variant and seed keys are its own (a list of arms, say).
 """
 
 from __future__ import annotations
@@ -40,11 +39,10 @@ from .slurm_config import LAUNCHERS, SlurmConfig
 @dataclass
 class SweepConfig:
     experiment: str = option("train", "what each run is: train (a `modformer train` run; its variant sets "
-                                      "model.variant), or a kind a paper registers (llm_modules: one arm and seed of "
-                                      "an LLM-Modules experiment; its variants are arms; knowledge_ladder: one arm at one point "
-                                      "of the compression ladder on a pretrained model)")
+                                      "model.variant), or a kind a paper registers, with its own variant and seed keys "
+                                      "(the kinds are listed below)")
     variants: list[str] = option(default_factory=lambda: ["standard"],
-                                 help="variants to compare (model.variant; an LLM-Modules experiment's arms)")
+                                 help="variants to compare (model.variant, or the key of sweep.experiment's kind)")
     grid: dict[str, list[Any]] = option(
         default_factory=dict, help="dotted config key -> values; the same grid is run for every variant")
     seeds: list[int] = option(
