@@ -40,8 +40,8 @@ def test_an_old_name_works_and_says_the_new_one(old, new, capsys):
 
 
 def test_report_writes_an_llm_modules_folders_report_as_its_own_command_did(tmp_path, capsys):
-    folder = tmp_path / "facts_layers"  # laid out by `modformer llm-modules` (one process, one folder)
-    shutil.copytree(ROOT / "results/llm_modules/facts_layers", folder)
+    folder = tmp_path / "two_bridges"  # laid out by `modformer llm-modules` (one process, one folder)
+    shutil.copytree(ROOT / "results/llm_modules/facts_two_bridges_one_layer", folder)
     committed = (folder / "report.md").read_text()
     (folder / "report.md").unlink()
     assert main(["report", str(folder)]) == 0
