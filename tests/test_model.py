@@ -148,3 +148,17 @@ def test_a_hook_returning_another_shape_is_refused():
     model = build_model(small(), seed=0)
     with hooked(model, {"embed_out": lambda _name, x: x[:, :1]}), pytest.raises(Exception, match="same shape"):
         model(torch.randint(0, 50, (1, 4)))
+
+
+def test_activation_patching_as_the_docs_write_it():
+    """docs/internals.md: the clean run's stream after the last block, patched into a corrupted
+    run, gives the clean run's logits; zeroing one head's attention changes the output."""
+    model = build_model(small(), seed=0)
+    tokens, corrupted = torch.randint(0, 50, (2, 8)), torch.randint(0, 50, (2, 8))
+    with torch.no_grad():
+        with capture(model, "blocks.1.resid_post") as clean:
+            reference = model(tokens)
+        with hooked(model, {"blocks.1.resid_post": lambda name, x: clean[name]}):
+            assert torch.equal(model(corrupted), reference)
+        with hooked(model, {"blocks.0.mixer.pattern": lambda name, w: w.index_fill(1, torch.tensor([1]), 0.0)}):
+            assert not torch.allclose(model(tokens), reference)
