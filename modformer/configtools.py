@@ -208,6 +208,19 @@ def set_dotted(data: dict[str, Any], key: str, value: Any, where: str) -> None:
     node[parts[-1]] = value
 
 
+def get_dotted(data: dict[str, Any], key: str, *, strict: bool = False) -> Any:
+    """data[a][b][c] for key 'a.b.c'; None where a section or the key is missing (KeyError
+    with `strict`)."""
+    node: Any = data
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            if strict:
+                raise KeyError(key)
+            return None
+        node = node[part]
+    return node
+
+
 def describe(cls: type, prefix: str) -> list[tuple[str, str, str, str]]:
     """(dotted key, type, default, help) for every field, recursing into nested sections."""
     hints = typing.get_type_hints(cls)

@@ -66,15 +66,21 @@ def test_a_planted_broken_anchor_fails_cis_build(tmp_path):
     assert "no-such-section" in broken.stderr and "Aborted" in broken.stdout + broken.stderr
 
 
-def test_a_heading_that_ends_in_a_number_keeps_its_anchor():
-    """GitHub numbers a repeated heading's anchor -1 and Python-Markdown _1, and the hooks
-    rewrite one into the other for the results pages; a heading that itself ends in a
-    number ('... Figure 2') is not a repeat, and its link is left as it is."""
+def github_links():
+    """The docs hooks' link rewriting (scripts/docs_hooks.py is no package)."""
     sys.path.insert(0, str(ROOT / "scripts"))
     try:
         from docs_hooks import _github_links
     finally:
         sys.path.pop(0)
+    return _github_links
+
+
+def test_a_heading_that_ends_in_a_number_keeps_its_anchor():
+    """GitHub numbers a repeated heading's anchor -1 and Python-Markdown _1, and the hooks
+    rewrite one into the other for the results pages; a heading that itself ends in a
+    number ('... Figure 2') is not a repeat, and its link is left as it is."""
+    _github_links = github_links()
 
     class NoFiles:
         def get_file_from_path(self, path):
@@ -88,11 +94,7 @@ def test_a_heading_that_ends_in_a_number_keeps_its_anchor():
 def test_a_link_up_a_folder_reaches_its_page():
     """`../bench/LOG.md` from a results page is the site's results/bench/LOG.md, a link; a
     folder of records that is no page becomes its path in words."""
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        from docs_hooks import _github_links
-    finally:
-        sys.path.pop(0)
+    _github_links = github_links()
 
     class Files:
         def get_file_from_path(self, path):

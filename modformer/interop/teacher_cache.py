@@ -115,22 +115,23 @@ class TeacherStateCache:
         parent = next(iter(folders.values())).parent if folders else None
         if parent is None:
             return {}
-        ready = {layer: cls._open(folder, fingerprint(teacher_name, layer, dtype, rows, keep, resolve_precision(
-            precision, next(teacher.parameters()).device))) for layer, folder in folders.items()}
+        device = next(teacher.parameters()).device
+        precision = resolve_precision(precision, device)
+        keys = {layer: fingerprint(teacher_name, layer, dtype, rows, keep, precision) for layer in folders}
+        ready = {layer: cls._open(folders[layer], keys[layer]) for layer in folders}
         if all(cache is not None for cache in ready.values()):  # a read-only shared cache needs no lock
             return ready
         parent.mkdir(parents=True, exist_ok=True)
         with take_lock(parent / ".build.lock", wait=True):
-            return cls._build_layers(teacher, teacher_name, rows, folders, dtype=dtype, batch_size=batch_size,
-                                     keep=keep, precision=precision)
+            return cls._build_layers(teacher, teacher_name, rows, folders, keys, dtype=dtype, batch_size=batch_size,
+                                     keep=keep, precision=precision, device=device)
 
     @classmethod
     def _build_layers(cls, teacher, teacher_name: str, rows: Sequence[torch.Tensor], folders: dict[int, Path],
-                      *, dtype: str, batch_size: int, keep: Sequence[int | None] | None,
-                      precision: str) -> dict[int, "TeacherStateCache"]:
-        device = next(teacher.parameters()).device
-        precision = resolve_precision(precision, device)
-        keys = {layer: fingerprint(teacher_name, layer, dtype, rows, keep, precision) for layer in folders}
+                      keys: dict[int, str], *, dtype: str, batch_size: int, keep: Sequence[int | None] | None,
+                      precision: str, device: torch.device) -> dict[int, "TeacherStateCache"]:
+        """`build_layers` under the lock: the caches read again (another builder may have just
+        written them), those still missing computed and written."""
         caches = {layer: cls._open(folders[layer], keys[layer]) for layer in folders}
         missing = [layer for layer, cache in caches.items() if cache is None]
         for layer in missing:

@@ -96,16 +96,21 @@ def run_kind(name: str) -> RunKind:
     return RUN_KINDS[name]
 
 
+def kind_in(saved: dict[str, Any]) -> RunKind:
+    """The kind of run a saved sweep file (sweep.yaml, read) names: train where it names none
+    (saved before sweep.experiment existed)."""
+    return run_kind((saved.get("sweep") or {}).get("experiment", "train"))
+
+
 def kind_of(sweep_dir: Path) -> RunKind:
-    """The kind of the runs of the sweep in `sweep_dir`, as its sweep.yaml says (train where
-    it says nothing: saved before sweep.experiment existed)."""
+    """The kind of the runs of the sweep in `sweep_dir`, as its sweep.yaml says (`kind_in`)."""
     import yaml
 
     try:
         saved = yaml.safe_load((Path(sweep_dir) / "sweep.yaml").read_text()) or {}
     except (OSError, yaml.YAMLError) as e:
         raise ModformerError(f"cannot read {Path(sweep_dir) / 'sweep.yaml'} ({e.__class__.__name__})") from None
-    return run_kind((saved.get("sweep") or {}).get("experiment", "train"))
+    return kind_in(saved)
 
 
 # -- train: one `modformer train` run ---------------------------------------------------------
@@ -151,19 +156,6 @@ def _train_started(run_dir: Path) -> str:
 
 register_kind(RunKind("train", "model.variant", "train.seed", config_from_dict, _train_command, _train_describe,
                       None, _train_check, _train_started))
-
-
-def get_dotted(data: dict[str, Any], key: str, *, strict: bool = False) -> Any:
-    """data[a][b][c] for key 'a.b.c'; None where a section or the key is missing (KeyError
-    with `strict`)."""
-    node: Any = data
-    for part in key.split("."):
-        if not isinstance(node, dict) or part not in node:
-            if strict:
-                raise KeyError(key)
-            return None
-        node = node[part]
-    return node
 
 
 def python_command(args: list[str]) -> list[str]:

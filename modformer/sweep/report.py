@@ -21,7 +21,7 @@ from ..files import atomic_write_text
 from ..train.mfu import OWN
 from ..train.records import read_records
 from .budget_plot import plot_budget
-from .kinds import run_kind
+from .kinds import kind_in
 from .runner import read_results, run_config
 from .sections import PRINTED, SECTIONS, papers_of
 from ..stats import metric_bounds, summarize
@@ -107,7 +107,7 @@ def write_report(sweep_dir: str | Path) -> Path:
     sweep_dir = Path(sweep_dir)
     spec, done, failed = _load(sweep_dir)
     sw = spec["sweep"]
-    kind = run_kind(sw.get("experiment", "train"))
+    kind = kind_in(spec)
     if kind.report is not None:  # another kind of run has its own report
         return kind.report(sweep_dir)
     metric, mode = sw["metric"], sw["mode"]

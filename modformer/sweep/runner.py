@@ -28,12 +28,11 @@ from typing import Any, Callable, Sequence
 
 import yaml
 
-from ..configtools import set_dotted
+from ..configtools import get_dotted, set_dotted
 from ..errors import Interrupted, ModformerError
 from ..files import atomic_write_text, durable_append
-from ..train.checkpoint import list_checkpoints
 from ..train.records import read_records
-from .kinds import get_dotted, python_command, run_kind
+from .kinds import python_command, run_kind
 from .spec import RunSpec, Sweep
 
 IGNORED_WHEN_RESUMING = {"workers", "launcher", "slurm", "paper"}  # sweep keys that may change between invocations

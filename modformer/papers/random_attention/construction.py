@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ...configtools import from_dict, option
 from ...constructions import CONSTRUCTIONS, LEGACY, Construction
