@@ -16,7 +16,7 @@ from .analysis.induction import plot_attention_maps
 from .analysis.knowledge_usage import entry_usage, markdown, write_usage
 from .errors import ModformerError
 from .evaluate import beside, load_run
-from .variants.base import model_label
+from .variants.base import run_label
 
 
 def _attention_command(args: argparse.Namespace) -> int:
@@ -37,7 +37,7 @@ def _attention_command(args: argparse.Namespace) -> int:
         tokens, what = inputs[args.example], f"validation example {args.example}"
     out = Path(args.out) if args.out else beside(args.source, "attention.png")
     path = plot_attention_maps(model, tokens, out,
-                               title=f"{model_label(cfg.model.variant, cfg.model.mixer)} on {cfg.task.name}, step {step}: "
+                               title=f"{run_label(cfg.model)} on {cfg.task.name}, step {step}: "
                                      f"{what}")
     print(f"attention maps: {path}")
     return 0

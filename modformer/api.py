@@ -30,7 +30,7 @@ from .sweep.runner import SweepRunner
 from .sweep.slurm import SlurmLauncher, live_runs
 from .sweep.spec import load_sweep
 from .train.trainer import Trainer
-from .variants.base import model_label
+from .variants.base import run_label
 
 # The keys of a run's config that `evaluate_run` reads besides the task's.
 EVAL_KEYS = ("train.eval_batch_size", "train.precision")
@@ -130,7 +130,7 @@ def evaluate_run(path: str | Path, *overrides: str) -> dict[str, Any]:
     model, cfg, task, step = load_run(path, overrides)
     result = evaluate(model, task, batch_size=cfg.train.eval_batch_size, precision=cfg.train.precision)
     result.update(task.model_metrics(result, model.parameter_counts()))
-    return {"variant": cfg.model.variant, "model": model_label(cfg.model.variant, cfg.model.mixer),
+    return {"variant": cfg.model.variant, "model": run_label(cfg.model),
             "task": cfg.task.name, "seed": cfg.train.seed, "step": step,
             "parameters": model.parameter_counts(), "test": result}
 

@@ -170,9 +170,23 @@ def config_parts_help(path: str, overrides=()) -> str:
     """The options of the parts a config names (its mixer and feed-forward module), for
     `modformer train --help CONFIG` and `modformer list CONFIG`."""
     cfg = load_config(path, overrides).model
-    return "\n".join([f"parts of {path} (set their options as model.mixer_options.KEY / model.ffn_options.KEY):",
-                      *part_options_help(MIXERS, cfg.mixer, "model.mixer_options", cfg.mixer_options),
-                      *part_options_help(FFNS, cfg.ffn, "model.ffn_options", cfg.ffn_options)])
+    if not cfg.layers:
+        return "\n".join([f"parts of {path} (set their options as model.mixer_options.KEY / model.ffn_options.KEY):",
+                          *part_options_help(MIXERS, cfg.mixer, "model.mixer_options", cfg.mixer_options),
+                          *part_options_help(FFNS, cfg.ffn, "model.ffn_options", cfg.ffn_options)])
+    lines = [f"parts of {path}, per layer (set a layer's options as model.layers={{i: {{mixer_options: "
+             f"{{KEY: VALUE}}}}}}, or in the config's model.layers):"]
+    shown: dict[tuple, list[int]] = {}
+    for i, layer in enumerate(cfg.layers):  # each distinct part once, with the layers that have it
+        for registry, name, options in ((MIXERS, layer.mixer, layer.mixer_options), (FFNS, layer.ffn, layer.ffn_options)):
+            shown.setdefault((registry.key, name, repr(options)), []).append(i)
+    for (key, name, _), layers in shown.items():
+        registry = MIXERS if key == MIXERS.key else FFNS
+        option_key = f"model.layers[{','.join(map(str, layers))}].{'mixer' if registry is MIXERS else 'ffn'}_options"
+        lines.append(f"layer{'s' if len(layers) > 1 else ''} {', '.join(map(str, layers))}:")
+        lines += part_options_help(registry, name, option_key, cfg.layers[layers[0]].mixer_options
+                                   if registry is MIXERS else cfg.layers[layers[0]].ffn_options)
+    return "\n".join(lines)
 
 
 def cmd_list(args: argparse.Namespace) -> int:

@@ -24,6 +24,7 @@ from .registry import FFNS, MIXERS, TASKS, VARIANTS
 from .tasks.base import TaskConfig
 from .train.config import TrainConfig
 from .variants.base import same_model
+from .variants.stack import resolve_layers
 from .version import source_version
 
 
@@ -132,6 +133,7 @@ def config_from_dict(data: dict[str, Any] | None, *, saved: bool = False) -> Run
                     construction_options=construction_options(model.construction, model.construction_options),
                     mixer_options=resolved_options(MIXERS, model.mixer, model.mixer_options, "model.mixer_options"),
                     ffn_options=resolved_options(FFNS, model.ffn, model.ffn_options, "model.ffn_options"))
+    model = resolve_layers(model)  # every layer of a stack written out, as config.yaml records it
     train = from_dict(TrainConfig, data.get("train"), "train")
     task = TASKS[name](task_cfg)
     if model.vocab_size is None:
@@ -150,11 +152,15 @@ def config_from_dict(data: dict[str, Any] | None, *, saved: bool = False) -> Run
 
 
 def part_versions(cfg: RunConfig) -> dict[str, dict[str, str]]:
-    """Each part the config names (variant, mixer, feed-forward module, task) with its import
-    path and the version of the code that holds it (`version.source_version`), for run.json."""
+    """Each part the config names (variant, mixer, feed-forward module, task, and each layer's
+    in a stack) with its import path and the version of the code that holds it
+    (`version.source_version`), for run.json."""
     model = cfg.model
     named = {"model.variant": (VARIANTS, model.variant), "model.mixer": (MIXERS, model.mixer),
              "model.ffn": (FFNS, model.ffn), "task.name": (TASKS, cfg.task.name)}
+    for i, layer in enumerate(model.layers):  # a stack: each layer's own parts
+        named.update({f"model.layers[{i}].variant": (VARIANTS, layer.variant),
+                      f"model.layers[{i}].mixer": (MIXERS, layer.mixer), f"model.layers[{i}].ffn": (FFNS, layer.ffn)})
     return {key: {"name": name, **source_version(registry[name])} for key, (registry, name) in named.items()}
 
 

@@ -9,10 +9,11 @@ values of the wrong type with a `ConfigError` that names the dotted key.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import types
 import typing
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Literal, Union
 
 import yaml
 
@@ -86,6 +87,10 @@ def _type_name(tp: Any) -> str:
     origin = typing.get_origin(tp)
     if origin in (Union, types.UnionType):
         return " | ".join(_type_name(a) for a in typing.get_args(tp))
+    if origin is Literal:
+        return "one of " + ", ".join(str(a) for a in typing.get_args(tp))
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return "one of " + ", ".join(str(m.value) for m in tp)
     if origin is not None:
         return f"{origin.__name__}[{', '.join(_type_name(a) for a in typing.get_args(tp))}]"
     return "null" if tp is type(None) else getattr(tp, "__name__", str(tp))
@@ -107,6 +112,15 @@ def coerce(value: Any, tp: Any, key: str) -> Any:
             return None
     elif tp is Any:
         return value
+    elif origin is Literal:
+        if any(value == choice and type(value) is type(choice) for choice in typing.get_args(tp)):
+            return value
+    elif isinstance(tp, type) and issubclass(tp, enum.Enum):
+        if isinstance(value, tp):
+            return value
+        for member in tp:  # by value (what YAML records), then by name
+            if member.value == value and type(member.value) is type(value) or member.name == value:
+                return member
     elif dataclasses.is_dataclass(tp):
         if isinstance(value, tp):
             return value
@@ -163,7 +177,9 @@ def from_dict(cls: type, data: dict[str, Any] | None, prefix: str = "") -> Any:
 
 
 def to_dict(obj: Any) -> Any:
-    """Plain data (dicts, lists, scalars) for YAML or JSON."""
+    """Plain data (dicts, lists, scalars) for YAML or JSON; an Enum member as its value."""
+    if isinstance(obj, enum.Enum):
+        return to_dict(obj.value)
     if dataclasses.is_dataclass(obj):
         return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, (list, tuple)):
@@ -233,8 +249,46 @@ def describe(cls: type, prefix: str) -> list[tuple[str, str, str, str]]:
             continue
         default = f.default if f.default is not _MISSING else (
             f.default_factory() if f.default_factory is not _MISSING else "(required)")
-        rows.append((key, _type_name(tp), repr(default), f.metadata.get("help", "")))
+        shown = default if isinstance(default, str) and default == "(required)" else repr(to_dict(default))
+        rows.append((key, _type_name(tp), shown, f.metadata.get("help", "")))
     return rows
+
+
+SUPPORTED_TYPES = ("int, float, bool, str, Literal[...] of those, an Enum, list[T], tuple[T, ...], tuple[T1, T2], "
+                   "dict[str, T], T | None and other unions of these, Any, and a nested dataclass of such fields")
+
+
+def _supported(tp: Any) -> bool:
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (Union, types.UnionType):
+        return all(_supported(a) for a in args)
+    if origin is Literal:
+        return all(isinstance(a, (int, float, bool, str)) for a in args)
+    if origin is list:
+        return _supported(args[0])
+    if origin is tuple:
+        return all(_supported(a) for a in args if a is not Ellipsis)
+    if origin is dict:
+        return args[0] is str and _supported(args[1])
+    if dataclasses.is_dataclass(tp):
+        return all(_supported(t) for t in typing.get_type_hints(tp).values())
+    return tp in (int, float, bool, str, type(None), Any) or isinstance(tp, type) and issubclass(tp, enum.Enum)
+
+
+def check_option_types(cls: type, where: str) -> None:
+    """Refuse, in one line, an options dataclass with a field this module cannot read from YAML
+    and write back (see SUPPORTED_TYPES), or a class that is not a dataclass at all."""
+    if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
+        raise ConfigError(f"{where}: its Options must be a dataclass (@dataclass, fields declared with option(...)), "
+                          f"got {cls!r}")
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception as e:  # an annotation naming what its module cannot see
+        raise ConfigError(f"{where}: cannot read the annotations of {cls.__name__}: {e}") from None
+    for f in dataclasses.fields(cls):
+        if not _supported(hints[f.name]):
+            raise ConfigError(f"{where}: option '{f.name}' has the type {hints[f.name]!r}, which a config cannot "
+                              f"give; options may be {SUPPORTED_TYPES}")
 
 
 def key_lines(rows: list[tuple[str, str, str, str]], width: int | None = None) -> list[str]:

@@ -76,7 +76,7 @@ def test_a_plugin_part_in_every_command(outside, capsys):
     assert main(["sweep", "conv.yaml", "--out", str(outside / "sweep"), *TINY, "sweep.variants=[frozen_mlp]",
                  "sweep.seeds=[0]"]) == 0
     report = (outside / "sweep" / "report.md").read_text()
-    assert f"| frozen_mlp (mixer {CONV}) |" in report and "failed" not in report  # named by what ran
+    assert f"| frozen_mlp (mixer {CONV}, ffn {SQRELU}) |" in report and "failed" not in report  # named by what ran
 
     # Where the part cannot be imported, reloading says which module is missing.
     elsewhere = outside / "elsewhere"

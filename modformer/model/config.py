@@ -8,6 +8,7 @@ from typing import Any
 from ..configtools import option
 from ..errors import ConfigError
 from .knowledge import KnowledgeConfig
+from .layers import LayerConfig, LayersValue, layer_list
 
 
 @dataclass
@@ -76,6 +77,13 @@ class ModelConfig:
                                 "package.module:Class, or an entry point")
     ffn_options: dict[str, Any] = option(default_factory=dict,
                                          help="the feed-forward module's own options (as model.mixer_options)")
+    layers: LayersValue = option(
+        default_factory=list, help="per-layer stack: what a layer builds where it departs from model.variant, "
+                                   "model.mixer and model.ffn; a list of one entry per layer ([mixit, standard]) "
+                                   "or a mapping of the layers that differ ({-1: frozen_qk}); an entry is a "
+                                   "variant's name or a mapping of model.layers keys (variant, mixer, "
+                                   "mixer_options, ffn, ffn_options, freeze: modformer/model/layers.py); "
+                                   "empty: every layer alike")
     vocab_size: int | None = option(None, "vocabulary size; null takes the task's")
     d_model: int = option(128, "residual stream width")
     n_layers: int = option(2, "number of blocks")
@@ -143,6 +151,7 @@ class ModelConfig:
             if getattr(self, key) <= 0:
                 raise ConfigError(f"model.{key} must be positive, got {getattr(self, key)}")
         self.knowledge.check_groups(self.n_layers)
+        self.layers = layer_list(self.layers, self.n_layers)
 
     @property
     def head_dim(self) -> int:

@@ -31,9 +31,16 @@ The contract (what `build_model` and the probe before every training expect):
   which overwrites what the constructor set; vectors and scalars keep their constructor's
   values (drawn from the run's seed). A part with its own scheme defines
   `init_parameters(self, std, generator)`, and its whole subtree is left to it.
-- a part that raises while it is built, or whose signature does not take what it is called
-  with, is one ConfigError naming it (`make_part`); one that returns the wrong thing is
-  refused by the probe before anything is written (modformer/model/probe.py).
+- a part that raises while it is built, whose signature does not take what it is called
+  with, or that is not an nn.Module (a factory returning None) is one ConfigError naming it
+  (`make_part`); one whose forward returns the wrong thing is refused by the probe before
+  anything is written (modformer/model/probe.py).
+- a part built for one block may take a keyword `layer` (its index, 0 at the bottom; the
+  number of layers is `cfg.n_layers`), e.g. to initialise deeper layers differently.
+- options may be annotated int, float, bool, str, `Literal[...]`, an `Enum` (given by its
+  value or name, recorded by its value), `list[T]`, `tuple[...]`, `dict[str, T]`, `T | None`
+  and other unions of these, or a nested dataclass of such fields; any other annotation is
+  refused in one line when the part is first named (`configtools.check_option_types`).
 
     @dataclass
     class ConvOptions:
@@ -52,7 +59,7 @@ from typing import Any
 
 from torch import nn
 
-from ..configtools import from_dict, to_dict
+from ..configtools import check_option_types, from_dict, to_dict
 from ..errors import ConfigError
 from ..registry import Registry
 from .probe import where
@@ -86,6 +93,7 @@ def part_options(registry: Registry, name: str, options: dict[str, Any] | None, 
             raise ConfigError(f"{key}: {registry.kind} '{name}' takes no options here"
                               + (f" (its options are the keys of {where})" if where else ""))
         return None
+    check_option_types(cls, f"{registry.key}={name}")
     return from_dict(cls, options or {}, key)
 
 
@@ -106,7 +114,8 @@ def resolved_options(registry: Registry, name: str, options: dict[str, Any] | No
     return {} if checked is None else to_dict(checked)
 
 
-def make_part(registry: Registry, name: str, options: dict[str, Any] | None, key: str, cfg) -> nn.Module:
+def make_part(registry: Registry, name: str, options: dict[str, Any] | None, key: str, cfg,
+              layer: int | None = None) -> nn.Module:
     """One instance of part `name`, called with the model config and, if it has them, its
     options. A part that declares `Options` but takes none, or that raises while it is built,
     is one ConfigError naming it (and where it raised), not a traceback from inside the build.
@@ -117,17 +126,23 @@ def make_part(registry: Registry, name: str, options: dict[str, Any] | None, key
         options: the options as given in the config, plain data; None or {}: none given.
         key: the config key they were given under (e.g. `model.mixer_options`), named in errors.
         cfg (ModelConfig): the resolved model config, the part's first argument.
+        layer: the index of the block it is built for (0 at the bottom), passed as `layer=` to
+            a part whose signature has a parameter of that name; None: not passed.
 
     Returns:
-        The part built as `part(cfg, options)`, or `part(cfg)` for a part without `Options`.
+        The part built as `part(cfg, options)`, or `part(cfg)` for a part without `Options`
+            (with `layer=i` where it takes one).
     """
     checked = part_options(registry, name, options, key)
     part = registry[name]
     what = f"{registry.key}={name}"
     args = (cfg,) if checked is None else (cfg, checked)
+    kwargs: dict[str, Any] = {}
     try:
         signature = inspect.signature(part)
-        signature.bind(*args)
+        if layer is not None and "layer" in signature.parameters:
+            kwargs["layer"] = layer
+        signature.bind(*args, **kwargs)
     except TypeError:
         call = "part(cfg, options), as it declares Options" if checked is not None else \
             "part(cfg), as it declares no Options"
@@ -136,8 +151,12 @@ def make_part(registry: Registry, name: str, options: dict[str, Any] | None, key
     except ValueError:  # no signature to read (a builtin): let the call say
         pass
     try:
-        return part(*args)
+        built = part(*args, **kwargs)
     except ConfigError:
         raise
     except Exception as e:
         raise ConfigError(f"{what} raised {e.__class__.__name__} while building{where(e)}: {e}") from None
+    if not isinstance(built, nn.Module):
+        raise ConfigError(f"{what} built {type(built).__name__ if built is not None else 'None'}, not a module: a "
+                          f"part must be an nn.Module subclass, or a function returning one")
+    return built

@@ -111,7 +111,7 @@ def write_report(sweep_dir: str | Path) -> Path:
     if kind.report is not None:  # another kind of run has its own report
         return kind.report(sweep_dir)
     metric, mode = sw["metric"], sw["mode"]
-    # Each variant under the name of what ran (a mixer of yours named: `variants.base.model_label`).
+    # Each variant under the name of what ran (a part of yours or a stack named: `variants.base.run_label`).
     names = _model_names(done)
     groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for r in done:

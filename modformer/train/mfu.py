@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from ..model.config import ModelConfig
+from ..variants.stack import layer_plan
 
 
 def matmul_peak(precision: str, size: int = 2048, repeats: int = 5,
@@ -65,28 +66,35 @@ FFN_MATRICES = {"swiglu": 3, "shaped_leaky_glu": 3, "relu": 2, "gelu": 2, "silu"
 MIXER_COST = {"attention": 12, "mixing": 6}  # c of c L T d
 
 
-def _flops(cfg: ModelConfig, seq_len: int, mixer: str, ffn_matrices: int) -> float:
-    """6 N + c L T d for blocks of `mixer` and a feed-forward module of `ffn_matrices` d x d_ff matrices."""
-    d, L = cfg.d_model, cfg.n_layers
-    mixing = 2 * d * d + (2 * d * cfg.head_dim * cfg.kv_heads if mixer == "attention" else 0)  # q, o (+ k, v)
-    matrix_params = L * (mixing + ffn_matrices * d * cfg.ffn_dim) + d * cfg.vocab_size  # the head; the embedding is a lookup
-    return 6 * matrix_params + MIXER_COST[mixer] * L * seq_len * d
+def _flops(cfg: ModelConfig, seq_len: int, layers: list[tuple[str, int]]) -> float:
+    """6 N + sum over layers of c T d, for blocks of (mixer, d x d_ff matrices of the
+    feed-forward module), bottom first."""
+    d = cfg.d_model
+    matrix_params = d * cfg.vocab_size  # the head; the embedding is a lookup
+    mixing = 0.0
+    for mixer, ffn_matrices in layers:
+        matrix_params += 2 * d * d + (2 * d * cfg.head_dim * cfg.kv_heads if mixer == "attention" else 0)  # q, o (+ k, v)
+        matrix_params += ffn_matrices * d * cfg.ffn_dim
+        mixing += MIXER_COST[mixer] * seq_len * d
+    return 6 * matrix_params + mixing
 
 
 def training_flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
     """The standard model's forward and backward FLOPs per token at sequence length `seq_len`."""
-    return _flops(cfg, seq_len, "attention", FFN_MATRICES["swiglu"])
+    return _flops(cfg, seq_len, [("attention", FFN_MATRICES["swiglu"])] * cfg.n_layers)
 
 
 OWN, STANDARD = "this model's", "the standard model's of the same sizes (an estimate: this model's parts are not known)"
 
 
 def flops_per_token(cfg: ModelConfig, seq_len: int, *, builds_own_ffn: bool = False) -> tuple[float, str]:
-    """(training FLOPs per token, whose FLOPs they are: OWN or STANDARD), see the module's note.
+    """(training FLOPs per token, whose FLOPs they are: OWN or STANDARD), see the module's note;
+    a per-layer stack (`model.layers`) counts each layer's own parts.
     `builds_own_ffn`: the variant builds other feed-forward modules than model.ffn (knowledge)."""
-    if cfg.mixer not in MIXER_COST or cfg.ffn not in FFN_MATRICES or builds_own_ffn:
+    plan = layer_plan(cfg)
+    if builds_own_ffn or any(layer.mixer not in MIXER_COST or layer.ffn not in FFN_MATRICES for layer in plan):
         return training_flops_per_token(cfg, seq_len), STANDARD
-    return _flops(cfg, seq_len, cfg.mixer, FFN_MATRICES[cfg.ffn]), OWN
+    return _flops(cfg, seq_len, [(layer.mixer, FFN_MATRICES[layer.ffn]) for layer in plan]), OWN
 
 
 def utilisation(cfg: ModelConfig, seq_len: int, tokens_per_s: float, precision: str,

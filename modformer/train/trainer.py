@@ -31,7 +31,7 @@ from ..precision import resolve_precision
 from ..registry import TASKS, VARIANTS
 from ..tasks.base import IGNORE
 from ..variants import build_model
-from ..variants.base import model_label
+from ..variants.base import run_label
 from ..version import code_version, machine
 from .budget import trained
 from .checkpoint import checkpoint_path, list_checkpoints, load_model_state, read_checkpoint, save_checkpoint
@@ -325,7 +325,7 @@ class Trainer(TrainingLoop):
         summary = {
             "step": tc.steps,
             "variant": cfg.model.variant,
-            "model": model_label(cfg.model.variant, cfg.model.mixer),  # what ran: the variant, and a mixer of yours
+            "model": run_label(cfg.model),  # what ran: the variant, and a mixer of yours
             "task": cfg.task.name,
             "seed": tc.seed,
             "parameters": parameters,
@@ -362,7 +362,7 @@ class Trainer(TrainingLoop):
     def _plot(self) -> None:
         if not self.metrics.path.exists():
             return
-        title = f"{model_label(self.cfg.model.variant, self.cfg.model.mixer)} on {self.cfg.task.name}"
+        title = f"{run_label(self.cfg.model)} on {self.cfg.task.name}"
         plot_training_curves(self.metrics.path, self.run_dir / "curves.png", title=title)
         scores = [(r["step"], r["scores"]) for r in self.metrics.records() if r.get("kind") == "induction"]
         if scores:

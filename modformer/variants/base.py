@@ -12,7 +12,8 @@ from ..freeze import freeze, freeze_all_but
 from ..model.config import ModelConfig
 from ..model.init import init_weights
 from ..model.transformer import Transformer
-from ..registry import MIXERS, VARIANTS
+from ..registry import FFNS, MIXERS, VARIANTS
+from .stack import freeze_patterns, layer_plan, uniform
 
 
 @dataclass(frozen=True)
@@ -32,13 +33,33 @@ def same_model(a: Variant, b: Variant) -> bool:
     return a.build is b.build and a.freeze == b.freeze
 
 
-def model_label(variant: str, mixer: str) -> str:
+def model_label(variant: str, mixer: str, ffn: str | None = None) -> str:
     """What ran, for reports and plots: the variant's name, and the mixer where it is not the one
-    the variant is known by (its own, or attention for a variant that takes any), so that a
-    standard model with a mixer of yours is never called plain 'standard':
-    'standard (mixer mypkg.conv:CausalConv)'."""
+    the variant is known by (its own, or attention for a variant that takes any), and a
+    feed-forward module of yours (an import path or an entry point), so that a standard model
+    with a part of yours is never called plain 'standard':
+    'standard (mixer mypkg.conv:CausalConv, ffn mypkg.moe:MoE)'."""
     own = VARIANTS[variant].mixer or ModelConfig().mixer
-    return variant if MIXERS.same(mixer, own) else f"{variant} (mixer {mixer})"
+    parts = [] if MIXERS.same(mixer, own) else [f"mixer {mixer}"]
+    if ffn is not None and (":" in ffn or ffn in FFNS.installed()):
+        parts.append(f"ffn {ffn}")
+    return f"{variant} ({', '.join(parts)})" if parts else variant
+
+
+def run_label(cfg: ModelConfig) -> str:
+    """`model_label` of a model config; a stack whose layers differ lists them bottom first,
+    a run of equal layers once with its count: 'standard [layers: mixit, standard x3]'."""
+    if uniform(cfg):
+        return model_label(cfg.variant, cfg.mixer, cfg.ffn)
+    runs: list[list] = []
+    for layer in layer_plan(cfg):
+        name = model_label(layer.variant, layer.mixer, layer.ffn) + (" frozen " + ", ".join(layer.freeze)
+                                                                      if layer.freeze else "")
+        if runs and runs[-1][0] == name:
+            runs[-1][1] += 1
+        else:
+            runs.append([name, 1])
+    return f"{cfg.variant} [layers: {', '.join(n if k == 1 else f'{n} x{k}' for n, k in runs)}]"
 
 
 def build_model(cfg: ModelConfig, seed: int) -> Transformer:
@@ -69,7 +90,7 @@ def build_model(cfg: ModelConfig, seed: int) -> Transformer:
         torch.manual_seed(seed)
         model = variant.build(cfg)
     init_weights(model, cfg.init_std, torch.Generator().manual_seed(seed))
-    freeze(model, [*variant.freeze, *cfg.freeze])
+    freeze(model, freeze_patterns(cfg))
     if cfg.train_only:
         freeze_all_but(model, cfg.train_only)
     return model

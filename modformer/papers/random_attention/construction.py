@@ -27,6 +27,7 @@ from typing import Any
 
 from ...configtools import from_dict, option
 from ...constructions import CONSTRUCTIONS, LEGACY, Construction
+from ...errors import ConfigError
 from ...model.config import ModelConfig
 from ...registry import VARIANTS
 
@@ -243,12 +244,30 @@ POINTS: tuple[Point, ...] = (
 
 
 def mode_of(model: dict[str, Any]) -> str:
-    """'mixing' when the model's mixer is `mixing` (MixiT), else 'vanilla'."""
+    """'mixing' when the model's mixer is `mixing` (MixiT), else 'vanilla'. A per-layer stack
+    (`model.layers`) has one mode only if every layer has it: the reference builds every
+    layer of a model in one mode, and its model-wide points (positions, skip scaling, the
+    feed-forward module) have no per-layer reading, so a stack of both is refused."""
     name = model.get("variant", "standard")
     if not isinstance(name, str):
         return "vanilla"  # the strict loader refuses the value, naming its key
     mixer = VARIANTS[name].mixer or model.get("mixer", "attention")
-    return "mixing" if mixer == "mixing" else "vanilla"
+    layers = model.get("layers")
+    if not layers or not isinstance(layers, (list, dict)):
+        return "mixing" if mixer == "mixing" else "vanilla"
+    entries = list(layers.values()) if isinstance(layers, dict) else list(layers)
+    mixers = {mixer} if isinstance(layers, dict) and len(entries) < model.get("n_layers", 2) else set()
+    for entry in entries:
+        entry = {"variant": entry} if isinstance(entry, str) else entry if isinstance(entry, dict) else {}
+        own = VARIANTS[entry["variant"]].mixer if isinstance(entry.get("variant"), str) else None
+        mixers.add(own or entry.get("mixer") or (mixer if VARIANTS[name].mixer is None or not entry.get("variant")
+                                                   else "attention"))
+    modes = {"mixing" if m == "mixing" else "vanilla" for m in mixers}
+    if len(modes) > 1:
+        raise ConfigError("model.construction=reference builds every layer of a model in one mode, and model.layers "
+                          "mixes mixing layers (MixiT) with attention ones: the reference has no such model; use "
+                          "model.construction=corrected and set the model-wide keys yourself")
+    return modes.pop()
 
 
 def _lookup(data: dict[str, Any], key: str) -> tuple[bool, Any]:
