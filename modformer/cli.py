@@ -111,7 +111,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    folder = Path(args.sweep_dir)
+    folder = Path(args.folder)
     writer = next((w for w in REPORT_WRITERS if w.holds(folder)), None)
     if writer is None and not (folder / "sweep.yaml").is_file():
         kinds = "".join(f", nor {w.kind}" for w in REPORT_WRITERS)
@@ -272,7 +272,7 @@ def report_arguments(p: argparse.ArgumentParser) -> None:
     kinds = ", ".join(w.kind for w in REPORT_WRITERS)
     describe_parser(p, "Write report.md and its plots (slices.png, curves.png) in a sweep directory, from its "
                        "records alone" + (f"; also the report of {kinds} folder." if kinds else "."))
-    p.add_argument("sweep_dir", metavar="DIR", help="a sweep directory, or another experiment folder")
+    p.add_argument("folder", metavar="DIR", help="a sweep directory, or another experiment folder")
     p.add_argument("--print", action="store_true", help="also print the report")
     p.set_defaults(func=cmd_report)
 

@@ -3,14 +3,14 @@ trains for a few steps (the teacher it reads is conftest's `tiny_teacher` fixtur
 
 from __future__ import annotations
 
-from modformer.papers.llm_modules.config import load_modules_config
+from modformer.papers.llm_modules.config import load_llm_modules_config
 
 CORPUS = ["the cat sat on the mat", "a dog ran in the park", "the sun is hot and bright", "we like to read books",
           "rain falls on the green hills", "the sea is deep and blue"]
 
 
 def tiny_config(teacher_folder, *overrides):
-    return load_modules_config(None, [
+    return load_llm_modules_config(None, [
         f"teacher.name={teacher_folder}", "teacher.known_only=false", "teacher.precision=fp32",
         "teacher.cache_dtype=float32", "student.n_heads=4", "bridge.n_heads=4", "bridge.adapter_bottleneck=8",
         f"data.corpus={teacher_folder / 'corpus.txt'}", "data.corpus_rows=6", "data.held_out=0.3",

@@ -78,9 +78,9 @@ def test_every_shipped_config_loads(path):
 
     data = yaml.safe_load(Path(path).read_text())
     if "arms" in data:  # an LLM-Modules experiment, which `modformer llm-modules` runs in one folder
-        from modformer.papers.llm_modules.config import load_modules_config
+        from modformer.papers.llm_modules.config import load_llm_modules_config
 
-        load_modules_config(path)
+        load_llm_modules_config(path)
     if "sweep" in data:  # of any kind of run (sweep.experiment)
         for profiles in ([], *([name] for name in data.get("profiles", {}))):  # the file and each profile
             sweep = load_sweep(path, profiles=profiles)

@@ -13,7 +13,7 @@ import yaml
 from modformer.papers.llm_modules.arm_run import ArmRun
 from modformer.papers.llm_modules.arms import ARMS
 from modformer.papers.llm_modules.generation import LiveTeacher
-from modformer.papers.llm_modules.config import load_modules_config
+from modformer.papers.llm_modules.config import load_llm_modules_config
 from modformer.interop.teacher import Teacher
 from modformer.papers.llm_modules.texts import arithmetic_answer, arithmetic_items, load_corpus, split_items, worked_sum
 from modformer.errors import ConfigError
@@ -209,6 +209,29 @@ def test_a_second_experiment_in_a_busy_folder_is_refused_before_it_writes(tiny_t
     assert (out / LOCK_FILE).read_text() == ""  # and the experiment left it released
 
 
+def test_a_folder_an_older_modformer_ran_is_locked_under_its_old_lock_name_too(tiny_teacher, tmp_path):
+    from modformer.papers.llm_modules.experiment import LOCK_FILE, OLD_LOCK_FILE, ModulesExperiment
+    from modformer.lock import FolderBusy, take_lock
+
+    fresh = ModulesExperiment(tiny_config(tiny_teacher, "arms=[teacher]"), tmp_path / "fresh", echo=lambda *_: None)
+    with fresh._locked():
+        assert sorted(p.name for p in fresh.out.iterdir()) == [LOCK_FILE]  # a new folder gets the new name only
+    out = tmp_path / "old"
+    out.mkdir()
+    (out / OLD_LOCK_FILE).write_text("")  # released, as an older modformer left it
+    experiment = ModulesExperiment(tiny_config(tiny_teacher, "arms=[teacher]"), out, echo=lambda *_: None)
+    with take_lock(out / OLD_LOCK_FILE, wait=False):  # that modformer, still running here
+        with pytest.raises(FolderBusy, match="one `modformer llm-modules` per experiment folder"):
+            experiment.run()
+        assert sorted(p.name for p in out.iterdir()) == [OLD_LOCK_FILE]  # nothing written
+    with experiment._locked():
+        for name in (LOCK_FILE, OLD_LOCK_FILE):  # this one holds both: an older one is refused too
+            with pytest.raises(FolderBusy):
+                take_lock(out / name, wait=False)
+    for name in (LOCK_FILE, OLD_LOCK_FILE):  # and gives both back
+        take_lock(out / name, wait=False).release()
+
+
 def test_a_corpus_of_conversations_is_read_as_turns(tiny_teacher, tmp_path, monkeypatch):
     """The paper's data layout (Bespoke-Stratos-17k: a conversation per row) as the corpus."""
     from modformer.papers.llm_modules.experiment import ModulesExperiment
@@ -263,8 +286,8 @@ def test_the_packaged_teacher_runs_every_arm(tmp_path):
     pytest.importorskip("gguf")
     from modformer.papers.llm_modules.experiment import ModulesExperiment
 
-    cfg = load_modules_config("configs/experiments/llm_modules_facts.yaml",
-                              ["train.steps=4", "train.eval_every=2", "data.corpus_rows=50", "seeds=[0]"])
+    cfg = load_llm_modules_config("configs/experiments/llm_modules_facts.yaml",
+                                  ["train.steps=4", "train.eval_every=2", "data.corpus_rows=50", "seeds=[0]"])
     results = ModulesExperiment(cfg, tmp_path / "out", echo=lambda *_: None).run()
     assert [r["arm"] for r in results] == cfg.arms == [a for a in ARMS if a != "scratch"]
     assert all(len(r["held_out_answers"]) > 30 for r in results)

@@ -16,7 +16,7 @@ import yaml
 from modformer.papers.llm_modules.arm_run import ArmRun
 from modformer.papers.llm_modules.arms import ARMS
 from modformer.papers.llm_modules.generation import LiveTeacher
-from modformer.papers.llm_modules.config import load_modules_config
+from modformer.papers.llm_modules.config import load_llm_modules_config
 from modformer.data.pairing import TwoTokenizers, as_tensor, key_mask
 from modformer.papers.llm_modules.stratos import boxed_answer, stratos_items
 from modformer.configtools import to_dict
@@ -84,7 +84,7 @@ def paper_overrides(setting, *more: str) -> list[str]:
 
 def test_the_paper_config_loads_with_every_key_and_states_the_papers_setting():
     raw = yaml.safe_load(Path(CONFIG).read_text())
-    cfg = load_modules_config(CONFIG)
+    cfg = load_llm_modules_config(CONFIG)
     resolved = to_dict(cfg)
 
     def leaves(tree, path=()):
@@ -105,9 +105,9 @@ def test_the_paper_config_loads_with_every_key_and_states_the_papers_setting():
     assert cfg.arms == ["alone", "scratch", "teacher", "random_teacher", "leaky"]  # causal bridge and controls
     assert cfg.seeds == [0, 1, 2]
     with pytest.raises(ConfigError, match="data.task must be"):
-        load_modules_config(CONFIG, ["data.task=stratoz"])
+        load_llm_modules_config(CONFIG, ["data.task=stratoz"])
     with pytest.raises(ConfigError, match="train.epochs must be positive"):
-        load_modules_config(CONFIG, ["train.epochs=0"])
+        load_llm_modules_config(CONFIG, ["train.epochs=0"])
 
 
 def test_stratos_rows_become_problems_held_out_whole_with_their_boxed_answers(tmp_path):
@@ -139,7 +139,7 @@ def test_the_paper_setting_runs_offline_on_a_tiny_qwen2_and_gpt_neo(paper_settin
     overrides = paper_overrides(paper_setting)
     assert main(["modules", CONFIG, *overrides, "--out", str(out)]) == 0
 
-    cfg = load_modules_config(CONFIG, overrides)
+    cfg = load_llm_modules_config(CONFIG, overrides)
     split = json.loads((out / "split.json").read_text())
     def problems(texts):
         return {t.split("\n\nAssistant:")[0] for t in texts}
@@ -189,9 +189,9 @@ def test_a_problem_limit_that_leaves_nothing_is_one_clear_error(paper_setting, t
     from modformer.papers.llm_modules.experiment import ModulesExperiment
 
     monkeypatch.setenv("MODFORMER_CACHE", str(tmp_path / "cache"))
-    cfg = load_modules_config(CONFIG, paper_overrides(paper_setting, "data.max_item_tokens=3"))
+    cfg = load_llm_modules_config(CONFIG, paper_overrides(paper_setting, "data.max_item_tokens=3"))
     with pytest.raises(ModformerError, match="data.max_item_tokens=3 leaves 0"):
         ModulesExperiment(cfg, tmp_path / "out", echo=lambda *_: None).prepare()
     with pytest.raises(ConfigError, match="bpe:N student tokenizer"):
-        load_modules_config(CONFIG, paper_overrides(paper_setting, "student.model=modformer", "student.tokenizer=bpe:300",
-                                                    "student.embeddings=random"))
+        load_llm_modules_config(CONFIG, paper_overrides(paper_setting, "student.model=modformer",
+                                                        "student.tokenizer=bpe:300", "student.embeddings=random"))

@@ -92,7 +92,7 @@ def test_sweep_runs_resumes_and_reports(tmp_path):
     assert len(unfinished) == 1 and unfinished[0].endswith(":** standard/train.lr=0.01")
     log = []
     SweepRunner(load_sweep(write(tmp_path, one_seed)), out, echo=log.append).run()
-    assert any("1 already finished, 1 to train" in m for m in log)
+    assert any("1 already finished, 1 to run" in m for m in log)
     after = read_results(out)[victim]["summary"]
     assert after["test"] == before["test"] and after["validation"] == before["validation"]
 

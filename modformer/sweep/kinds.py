@@ -1,11 +1,11 @@
 """What one run of a sweep is: `modformer train` by default, or a kind a paper registers.
 
 A sweep is one protocol (plan -> runs -> records -> report) for every experiment: its
-variants x grid x seeds become run folders, each trained by one resumable command in its own
+variants x grid x seeds become run folders, each run by one resumable command in its own
 process, by local workers or a Slurm job array, recorded in results.jsonl, followed by
 `--status`, reported by `modformer report` and quoted by `modformer quote`. A run kind says
 what differs: how a run's config is read, which keys a variant and a seed set, the command
-that trains one run in its folder, and how its report is written. `sweep.experiment` names
+that carries out one run in its folder, and how its report is written. `sweep.experiment` names
 the kind: `train`, here, or one a paper's package registers (`modformer sweep --help` lists
 them), whose variants may be something else than `model.variant` (an experiment's arms).
 
@@ -33,7 +33,7 @@ from ..variants import build_model
 
 @dataclass(frozen=True)
 class RunKind:
-    """One kind of run a sweep trains.
+    """One kind of run of a sweep.
 
     Args:
         name: the value of `sweep.experiment` that selects it.
@@ -41,7 +41,7 @@ class RunKind:
             when the config holds a list there (a list of arms, say).
         seed_key: the dotted config key a seed sets ("train.seed"); `seed_list` likewise.
         read: plain config data -> the checked config (a dataclass with `to_dict()`).
-        command: (config file, run folder) -> the `modformer` arguments that train the run
+        command: (config file, run folder) -> the `modformer` arguments that carry out the run
             there, resuming it when it has begun.
         describe: a finished run's summary -> a few words on its outcome (the `done` line,
             `--status`).
@@ -75,7 +75,7 @@ RUN_KINDS: dict[str, RunKind] = {}
 
 
 def register_kind(kind: RunKind) -> RunKind:
-    """Make `sweep.experiment: NAME` train runs of this kind.
+    """Make `sweep.experiment: NAME` select this kind of run.
 
     Args:
         kind: the kind; its name must be new.

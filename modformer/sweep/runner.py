@@ -8,7 +8,7 @@ Layout of a sweep directory::
     runs/<variant>/<point>/seed<s>/   each run's own run directory
     configs/..., logs/...         the config each run was started with, and its output
 
-A finished run (its `summary.json` exists) is never trained again; a run with checkpoints
+A finished run (its `summary.json` exists) is never run again; a run with checkpoints
 but no summary continues with `--resume`. So a killed sweep, started again with the same
 command, picks up where it stopped.
 """
@@ -151,7 +151,8 @@ class SweepRunner:
         cmd = python_command(self.kind.command(cfg_path, run_dir))
         return cmd, {"OMP_NUM_THREADS": str(get_dotted(config, self.kind.threads_key))}, log_path
 
-    def _train(self, run: RunSpec, threads: int) -> None:
+    def _run_one(self, run: RunSpec, threads: int) -> None:
+        """Run `run`'s command (its kind's) in its own process, and record how it ended."""
         if self._stopping:
             return
         cmd, env, log_path = self.prepare(run, threads)
@@ -204,7 +205,7 @@ class SweepRunner:
         return runs, todo
 
     def run(self) -> dict[str, dict[str, Any]]:
-        """Train every unfinished run; return the results by run id."""
+        """Run every unfinished run, each by its kind's command; return the results by run id."""
         runs, todo = self.pending()
         workers = self.sweep.spec.workers
         threads = max(1, (os.cpu_count() or 1) // workers)
@@ -215,9 +216,9 @@ class SweepRunner:
         each = " or ".join([*(f"{t} ({key})" for t in fixed), *([str(threads)] if default else [])]) + \
             " thread(s)"
         self.echo(f"sweep {self.out}: {len(runs)} runs, {len(runs) - len(todo)} already finished, "
-                  f"{len(todo)} to train with {workers} worker(s) of {each}")
+                  f"{len(todo)} to run with {workers} worker(s) of {each}")
         pool = ThreadPoolExecutor(max_workers=workers)
-        futures = [pool.submit(self._train, run, threads) for run in todo]
+        futures = [pool.submit(self._run_one, run, threads) for run in todo]
         # Explicit handlers: a sweep started in the background inherits an ignored SIGINT.
         previous = {}
         if threading.current_thread() is threading.main_thread():
@@ -227,7 +228,7 @@ class SweepRunner:
             for future in futures:
                 future.result()
         except KeyboardInterrupt:
-            self.echo("interrupted: asking the running trainings to save and stop ...")
+            self.echo("interrupted: asking the runs in progress to save and stop ...")
             self.stop()
             pool.shutdown(wait=True, cancel_futures=True)
             raise Interrupted(f"sweep interrupted; run the same command again to continue {self.out}") from None

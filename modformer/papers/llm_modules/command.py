@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .config import ModulesConfig, load_modules_config
+from .config import LLMModulesConfig, load_llm_modules_config
 from ...commands import Command, ReportWriter, describe_parser, register, register_report
 from ...configtools import describe, key_lines
 from ...errors import ModformerError
@@ -17,7 +17,7 @@ def _run(args: argparse.Namespace) -> int:
     from .experiment import ModulesExperiment  # transformers is imported only when an experiment runs
     from .report import write_modules_report
 
-    cfg = load_modules_config(args.config, args.overrides)
+    cfg = load_llm_modules_config(args.config, args.overrides)
     out = Path(args.out) if args.out else Path("runs") / "llm_modules" / Path(args.config).stem
     if args.one_run:
         if not args.out:
@@ -51,7 +51,7 @@ def llm_modules_arguments(p: argparse.ArgumentParser) -> None:
                        "answers. Run the same command again to continue a stopped experiment. With a `sweep` section "
                        "(sweep.experiment: llm_modules), `modformer sweep CONFIG` runs the arms as variants: "
                        "workers, Slurm, --status.",
-                    "\n".join(["config keys:", *key_lines(describe(ModulesConfig, ""))]))
+                    "\n".join(["config keys:", *key_lines(describe(LLMModulesConfig, ""))]))
     p.add_argument("config", help="YAML experiment config (sections teacher, student, bridge, data, train)")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. train.steps=100")
     p.add_argument("--out", help="experiment folder (default: runs/llm_modules/<config name>)")

@@ -129,7 +129,7 @@ class ArmTrainSection(LoopConfig):
 
 
 @dataclass
-class ModulesConfig:
+class LLMModulesConfig:
     teacher: TeacherSection = option(default_factory=TeacherSection, help="the frozen teacher")
     student: StudentSection = option(default_factory=StudentSection, help="the student")
     bridge: BridgeSection = option(default_factory=BridgeSection, help="the enhanced cross-attention bridges")
@@ -243,11 +243,11 @@ class ModulesConfig:
         return yaml.safe_dump(to_dict(self), sort_keys=False)
 
 
-def load_modules_config(path: str | Path | None, overrides: Sequence[str] = ()) -> ModulesConfig:
+def load_llm_modules_config(path: str | Path | None, overrides: Sequence[str] = ()) -> LLMModulesConfig:
     """Defaults <- YAML file <- `a.b=value` overrides. A `sweep` section (what `modformer
     sweep` reads: the arms as variants, workers, Slurm) is not the experiment's and is left out."""
     data: dict[str, Any] = read_yaml(path) if path is not None else {}
     data.pop("sweep", None)
     for assignment in overrides:
         apply_override(data, assignment)
-    return from_dict(ModulesConfig, data)
+    return from_dict(LLMModulesConfig, data)

@@ -7,7 +7,8 @@
                                 checkpoint.safetensors: a stopped run continues from there)
     OUT/results.jsonl           one line per finished run
     OUT/report.md, curves.png   written by `report.write_modules_report`
-    OUT/modules.lock            held while an experiment runs here (modformer/lock.py)
+    OUT/llm_modules.lock        held while an experiment runs here (modformer/lock.py); a folder
+                                an older modformer ran holds its modules.lock too, taken as well
 
 As one run of a sweep (`sweep.experiment: llm_modules`, `modformer llm-modules CONFIG --out
 RUN --one-run`), the config names one arm and one seed, and the run's metrics.jsonl,
@@ -28,6 +29,7 @@ import json
 import math
 import random
 import time
+from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -50,7 +52,7 @@ from ...interop.teacher_cache import TeacherStateCache, fingerprint
 from .dataset import ModulesData, Vocabulary, encode_corpus, encode_items
 from ...data.facts import all_facts, known_facts
 from ...interop.hf_student import load_student_tokenizer
-from .config import ModulesConfig
+from .config import LLMModulesConfig
 from ...interop.packaged import load_teacher
 from ...data.pairing import SharedTokenizer, TwoTokenizers
 from .stratos import boxed_answer, stratos_items
@@ -58,10 +60,11 @@ from ...interop.teacher import Teacher
 from .texts import EXTRACT, arithmetic_items, fact_items, load_corpus, split_items
 
 EVAL_ITEMS = 200  # training (and arithmetic held-out) items whose generated answers are scored
-LOCK_FILE = "modules.lock"  # held by the one process running an experiment folder
+LOCK_FILE = "llm_modules.lock"  # held by the one process running an experiment folder
+OLD_LOCK_FILE = "modules.lock"  # its earlier name, held by an older modformer still running a folder
 
 
-def _comparable(cfg: ModulesConfig) -> dict[str, Any]:
+def _comparable(cfg: LLMModulesConfig) -> dict[str, Any]:
     """What must not change in a folder: all but the arms and seeds (more may be added to a
     stopped or finished experiment), the layers read compared per bridge however written."""
     out = {k: v for k, v in to_dict(cfg).items() if k not in ("arms", "seeds")}
@@ -72,7 +75,7 @@ def _comparable(cfg: ModulesConfig) -> dict[str, Any]:
 
 
 class ModulesExperiment:
-    def __init__(self, cfg: ModulesConfig, out: Path, echo=print):
+    def __init__(self, cfg: LLMModulesConfig, out: Path, echo=print):
         self.cfg, self.out, self.echo = cfg, Path(out), echo
 
     @property
@@ -87,7 +90,7 @@ class ModulesExperiment:
         saved = self.out / "config.yaml"
         if saved.exists() and self._started():
             try:  # read with today's defaults: a field added since then, at its default, is no change
-                before = from_dict(ModulesConfig, yaml.safe_load(saved.read_text()))
+                before = from_dict(LLMModulesConfig, yaml.safe_load(saved.read_text()))
             except (ModformerError, yaml.YAMLError, TypeError) as e:
                 raise ModformerError(f"{saved} cannot be read as an experiment config ({e}); choose another "
                                      f"--out") from None
@@ -284,11 +287,17 @@ class ModulesExperiment:
             self.prepare()
             return self._train_one(self.cfg.arms[0], self.cfg.seeds[0], self.out)
 
-    def _locked(self):
+    def _locked(self) -> ExitStack:
+        """The folder's lock, and its old lock file's where an older modformer left one (that
+        modformer, still running here, holds only the old one); refused at once if either is held."""
         output_folder(self.out)
-        return take_lock(self.out / LOCK_FILE, wait=False, busy=(
-            f"{self.out} is being run by {{holder}}: one `modformer llm-modules` per experiment folder (lock file "
-            f"{{path}}); wait for it to end or stop it, or choose another --out"))
+        busy = (f"{self.out} is being run by {{holder}}: one `modformer llm-modules` per experiment folder (lock "
+                f"file {{path}}); wait for it to end or stop it, or choose another --out")
+        with ExitStack() as locks:
+            for name in (OLD_LOCK_FILE, LOCK_FILE):  # the old first: refused there, nothing new is made
+                if name == LOCK_FILE or (self.out / name).is_file():
+                    locks.callback(take_lock(self.out / name, wait=False, busy=busy).release)
+            return locks.pop_all()
 
     def _run(self) -> list[dict[str, Any]]:
         self.prepare()

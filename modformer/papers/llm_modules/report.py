@@ -17,7 +17,7 @@ from ...files import atomic_write_text
 from ...stats import summarize
 from ...train.records import read_records
 from .arms import ARMS
-from .config import ModulesConfig
+from .config import LLMModulesConfig
 
 UNIT = (0.0, 1.0)
 POSITIVE = (0.0, float("inf"))
@@ -107,7 +107,7 @@ def report_lines(cfg: dict[str, Any], split: dict[str, Any], by_arm: dict[str, l
     by_arm = {a: sorted(runs, key=lambda r: r["seed"]) for a, runs in by_arm.items()}
     arms = [a for a in cfg["arms"] if a in by_arm]
     lines = [f"{title} LLM Modules: {cfg['data']['task']}, teacher {cfg['teacher']['name']} "
-             f"({from_dict(ModulesConfig, cfg).reading()})",
+             f"({from_dict(LLMModulesConfig, cfg).reading()})",
              "", f"{len(split['train'])} training items, {len(split['held_out'])} held out (never trained on); "
                  f"{_corpus(cfg['data'])}; loss on the {cfg['data']['loss_on']}; {cfg['train']['steps']} steps"
                  f"{_epochs(cfg['train'])} of "

@@ -30,7 +30,7 @@ from ...files import atomic_write_text
 from ...sweep.kinds import RunKind, register_kind
 from ...sweep.report import point_label
 from ...sweep.runner import read_results
-from .config import ModulesConfig
+from .config import LLMModulesConfig
 from .report import report_lines
 
 
@@ -106,7 +106,7 @@ def write_sweep_report(sweep_dir: Path) -> Path:
     return path
 
 
-register_kind(RunKind("llm_modules", "arms", "seeds", lambda data: from_dict(ModulesConfig, data), _command,
+register_kind(RunKind("llm_modules", "arms", "seeds", lambda data: from_dict(LLMModulesConfig, data), _command,
                       _describe, write_sweep_report, check=_check, started=_started, variant_list=True,
                       seed_list=True))
 
@@ -133,9 +133,9 @@ def folder_as_sweep(folder: Path, config: Path, out: Path) -> Path:
     from ...sweep.spec import load_sweep
 
     sweep = load_sweep(config)
-    saved = from_dict(ModulesConfig, yaml.safe_load((folder / "config.yaml").read_text()))
+    saved = from_dict(LLMModulesConfig, yaml.safe_load((folder / "config.yaml").read_text()))
     runs = sweep.runs()
-    built = ModulesConfig.to_dict(runs[0].config)
+    built = LLMModulesConfig.to_dict(runs[0].config)
     mine = {k: v for k, v in flatten(to_dict(saved)).items() if k not in ("arms", "seeds")}
     theirs = {k: v for k, v in flatten(built).items() if k not in ("arms", "seeds")}
     if mine != theirs:
