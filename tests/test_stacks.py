@@ -12,7 +12,9 @@ from modformer.errors import ConfigError
 from modformer.model.attention import SelfAttention
 from modformer.model.mixing import MixingMixer
 from modformer.train.mfu import flops_per_token
+from modformer.variants import Variant
 from modformer.variants.base import build_model, run_label
+from modformer.variants.standard import build_decoder
 
 TINY = ["model.d_model=16", "model.n_heads=2", "task.n_pairs=2", "task.test_size=50", "task.validation_size=20",
         "train.steps=4", "train.batch_size=8", "train.eval_every=4", "train.checkpoint_every=4", "train.progress=false",
@@ -128,3 +130,17 @@ def test_a_bad_stack_from_the_command_line_exits_2(tmp_path, capsys):
     assert main(["train", "examples/hybrid.yaml", "model.layers=[mixit]", "--out", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err
     assert "has 1 entries for model.n_layers=2" in err and "Traceback" not in err and not (tmp_path / "r").exists()
+
+
+frozen_vo = Variant(build_decoder, freeze=("blocks.*.mixer.v_proj.*", "blocks.*.mixer.o_proj.*"), mixer="attention",
+                    description="V and O projections fixed at init")
+
+
+def test_a_variant_of_yours_works_for_the_model_and_for_one_layer():
+    """docs/own-parts.md's example: a variant named by import path, then in the last layer only."""
+    _, whole = built(["model.variant=test_stacks:frozen_vo"])
+    assert frozen(whole) == ["blocks.0.mixer.o_proj.weight", "blocks.0.mixer.v_proj.weight",
+                             "blocks.1.mixer.o_proj.weight", "blocks.1.mixer.v_proj.weight"]
+    cfg, last = built(["model.layers={-1: test_stacks:frozen_vo}"])
+    assert frozen(last) == ["blocks.1.mixer.o_proj.weight", "blocks.1.mixer.v_proj.weight"]
+    assert run_label(cfg.model) == "standard [layers: standard, test_stacks:frozen_vo]"

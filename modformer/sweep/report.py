@@ -167,6 +167,16 @@ def write_report(sweep_dir: str | Path) -> Path:
               "a model whose parts' FLOPs are not known (a part of yours, knowledge reads). Over every run of this "
               f"sweep: MFU {_mfu([r['summary'] for r in done])}.", ""]
 
+    aux = sorted({k for v in variants for r in groups[(v, chosen[v])] for k in r["summary"].get("aux", {})})
+    if aux:  # the parts' own losses (modformer/model/aux.py), unweighted, last logged window
+        lines += ["## Auxiliary losses (chosen settings; the last logged training window, unweighted)", "",
+                  "| variant | " + " | ".join(f"`{k}`" for k in aux) + " |", "|---" * (len(aux) + 1) + "|"]
+        for v in variants:
+            runs = groups[(v, chosen[v])]
+            values = [[r["summary"]["aux"][k] for r in runs if k in r["summary"].get("aux", {})] for k in aux]
+            lines.append(f"| {v} | " + " | ".join(_cell(x, "loss") if x else "n/a" for x in values) + " |")
+        lines.append("")
+
     shown = {"accuracy", "loss"}
     extra = sorted({k for r in done for k, v in r["summary"]["test"].items() if isinstance(v, float)} - shown)
     if extra:

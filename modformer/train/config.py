@@ -82,6 +82,10 @@ class TrainConfig(LoopConfig):
               "runs, else the name of the run folder's parent")
     mlflow_uri: str | None = option(
         None, "MLflow tracking URI; null: $MLFLOW_TRACKING_URI, else a local file store `mlruns` in the current folder")
+    aux_weights: dict[str, float] = option(
+        default_factory=dict, help="weights of the model's auxiliary losses (modformer/model/aux.py), by glob over "
+                                   "their names, e.g. {'blocks.*.ffn.balance': 0.0}; a loss no glob names keeps its "
+                                   "part's weight")
     induction_scores: bool = option(
         False, "at every validation evaluation, log each head's induction score (random tokens repeated twice) "
                "and plot them in induction.png")

@@ -89,6 +89,11 @@ class TrainingLoop:
         self.window_loss, self.window_steps = 0.0, 0
         self.window_tokens, self.window_start, self.tokens_per_s = 0, time.perf_counter(), 0.0
         self.last_train_loss = math.nan  # the mean loss of the last logged window
+        # Auxiliary losses (modformer/model/aux.py): this step's, by name (`batch_loss` sets them),
+        # their sums over the log window, and the last window's means.
+        self.step_aux: dict[str, float] = {}
+        self.window_aux: dict[str, float] = {}
+        self.last_aux: dict[str, float] = {}
         self.last_saved: int | None = None
         self.start = 0
 
@@ -98,7 +103,8 @@ class TrainingLoop:
         raise NotImplementedError
 
     def batch_loss(self, batch: Any) -> tuple[torch.Tensor, float, int]:
-        """(the loss to differentiate, its value as logged, the tokens the step read); called
+        """(the loss to differentiate, its value as logged, the tokens the step read), and
+        `self.step_aux` set to the step's auxiliary losses where the model has any; called
         under autocast, the model in training mode."""
         raise NotImplementedError
 
@@ -135,6 +141,7 @@ class TrainingLoop:
         for group in self.optimizer.param_groups:
             group["lr"] = lr * group.get("lr_scale", 1.0)
         self.optimizer.zero_grad(set_to_none=True)  # the last step's gradients are not held through the forward
+        self.step_aux = {}
         with autocast(self.device, s.precision):
             loss, loss_value, tokens = self.batch_loss(batch)
         if not math.isfinite(loss_value):
@@ -147,6 +154,8 @@ class TrainingLoop:
         self.window_loss += loss_value
         self.window_steps += 1
         self.window_tokens += tokens
+        for name, value in self.step_aux.items():
+            self.window_aux[name] = self.window_aux.get(name, 0.0) + value
         return loss_value, float(grad_norm)
 
     def diverged(self, what: str, value: float, step: int) -> None:
@@ -163,9 +172,11 @@ class TrainingLoop:
         now = time.perf_counter()
         self.tokens_per_s = self.window_tokens / max(now - self.window_start, 1e-9)
         self.last_train_loss = self.window_loss / self.window_steps
+        self.last_aux = {name: total / self.window_steps for name, total in self.window_aux.items()}
         self.log({"kind": "train", "step": done, "loss": self.last_train_loss, **self.learning_rates(done - 1),
-                  "grad_norm": grad_norm, "tokens_per_s": self.tokens_per_s})
-        self.window_loss, self.window_steps = 0.0, 0
+                  "grad_norm": grad_norm, "tokens_per_s": self.tokens_per_s,
+                  **({"aux": self.last_aux} if self.last_aux else {})})
+        self.window_loss, self.window_steps, self.window_aux = 0.0, 0, {}
         self.window_tokens, self.window_start = 0, now
 
     def loop(self, start: int, *, desc: str, show_progress: bool = True) -> None:
@@ -200,7 +211,8 @@ class TrainingLoop:
     # -- checkpoints -----------------------------------------------------------------------
     def loop_state(self) -> dict[str, Any]:
         """What a checkpoint keeps of the loop beyond weights, optimizer and generators."""
-        return {"loss_window": [self.window_loss, self.window_steps], "last_train_loss": self.last_train_loss}
+        return {"loss_window": [self.window_loss, self.window_steps], "last_train_loss": self.last_train_loss,
+                "aux_window": self.window_aux, "last_aux": self.last_aux}
 
     def restore(self, ckpt: Checkpoint, path) -> None:
         """Continue from `ckpt` (read from `path`): weights, optimizer, generators, loss window."""
@@ -210,3 +222,5 @@ class TrainingLoop:
         restore_rng(ckpt.rng)
         self.window_loss, self.window_steps = ckpt.meta.get("loss_window", [0.0, 0])
         self.last_train_loss = ckpt.meta.get("last_train_loss", math.nan)
+        self.window_aux = dict(ckpt.meta.get("aux_window", {}))
+        self.last_aux = dict(ckpt.meta.get("last_aux", {}))

@@ -9,6 +9,7 @@ from torch import nn
 
 from ..analysis.induction import check_induction_scores
 from ..config import RunConfig
+from ..model.aux import check_aux_weights
 from ..model.probe import probe_model
 from ..registry import VARIANTS
 
@@ -28,6 +29,7 @@ def preflight(cfg: RunConfig, model: nn.Module, seq_len: int, vocab_size: int,
         names["ffn"] = f"the feed-forward module of model.variant={m.variant}"
     for warning in probe_model(model, seq_len, names):
         echo(warning)
+    check_aux_weights(model, cfg.train.aux_weights)
     if cfg.train.induction_scores:
         check_induction_scores(model, vocab_size=vocab_size, half_len=induction_half_len(m.max_seq_len),
                                key="train.induction_scores")

@@ -29,6 +29,7 @@ from ..files import atomic_write_text, remove_stale_temporaries
 from ..lock import FolderLock, take_lock
 from ..precision import resolve_precision
 from ..registry import TASKS, VARIANTS
+from ..model.aux import collecting
 from ..tasks.base import IGNORE
 from ..variants import build_model
 from ..variants.base import run_label
@@ -264,15 +265,19 @@ class Trainer(TrainingLoop):
         return batch.to(self.device)
 
     def batch_loss(self, batch) -> tuple[torch.Tensor, float, int]:
-        logits = self.step_model(batch.inputs)
+        with collecting(self.model, self.cfg.train.aux_weights) as aux:  # the parts' own losses (model/aux.py)
+            logits = self.step_model(batch.inputs)
         if self.world.size > 1:  # this share's token sum, over the global token count (see distributed.py)
             total = self.world.sum((batch.targets != IGNORE).sum().float())
             loss = self.task.loss(logits, batch, reduction="sum") * self.world.size / total
             loss_value = (self.world.sum(loss.detach()) / self.world.size).item()
+            self.step_aux = {k: (self.world.sum(torch.tensor(v, device=self.device)) / self.world.size).item()
+                             for k, v in aux.logged().items()}
         else:
             loss = self.task.loss(logits, batch)
             loss_value = loss.item()
-        return loss, loss_value, batch.inputs.numel() * self.world.size  # the global batch's tokens
+            self.step_aux = aux.logged()
+        return loss + aux.total(), loss_value, batch.inputs.numel() * self.world.size  # the global batch's tokens
 
     def describe(self) -> str:
         return f" (run {self.run_dir})"
@@ -332,6 +337,7 @@ class Trainer(TrainingLoop):
             "tokens_per_s": tokens_per_s,
             "mfu": utilisation(cfg.model, self._seq_len(), tokens_per_s, precision, self.device, self.world.size,
                                builds_own_ffn=VARIANTS[cfg.model.variant].own_ffn is not None),
+            **({"aux": self.last_aux} if self.last_aux else {}),  # the last logged window's auxiliary losses
             "validation": self.last_eval,
             "test": {**test, **self.task.model_metrics(test, parameters)},
             "code_version": code_version(),
