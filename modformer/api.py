@@ -63,7 +63,7 @@ def config(source: str | Path | Mapping[str, Any] | RunConfig | None = None, *ov
     return config_from_dict(data)
 
 
-def train_run(cfg: RunConfig | str | Path | Mapping[str, Any], out: str | Path, *, resume: bool = False,
+def train_run(cfg: RunConfig | str | Path | Mapping[str, Any], out: str | Path, *, resume: bool | str = False,
               echo: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Train one run into the folder `out`, resumably, as `modformer train --out OUT [--resume]`.
 
@@ -98,7 +98,10 @@ def train_run(cfg: RunConfig | str | Path | Mapping[str, Any], out: str | Path, 
         cfg: the run config, or what `config` reads one from (a YAML path, plain data).
         out: the run folder; it receives config.yaml, metrics.jsonl, checkpoints/, run.json,
             summary.json and the plots.
-        resume: continue the run in `out` from its latest checkpoint (from step 0 if it has none).
+        resume: False: start a new run (`out` must hold none); True: continue the run in `out`
+            from its latest checkpoint (from step 0 if it was stopped before its first), an
+            error where `out` holds no run; "if_any": continue the run in `out` if it holds one,
+            else start it there (what a sweep's runs do).
         echo: where progress messages go (one string each); by default, standard error.
 
     Returns:

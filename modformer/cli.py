@@ -73,11 +73,11 @@ def format_results(summary: dict) -> str:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    if args.resume and not args.out:
+    if (args.resume or args.resume_if_any) and not args.out:
         raise ModformerError("train --resume continues the run in --out: name that run folder with --out")
     cfg = load_config(args.config, args.overrides)
     out = Path(args.out) if args.out else Path("runs") / Path(args.config).stem / time.strftime("%Y%m%d-%H%M%S")
-    summary = api.train_run(cfg, out, resume=args.resume)
+    summary = api.train_run(cfg, out, resume="if_any" if args.resume_if_any else args.resume)
     print(format_results(summary))
     print(f"\nrun directory: {out}")
     return 0
@@ -234,7 +234,10 @@ def train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("config", help="YAML config with sections model, task, train")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. train.steps=200")
     p.add_argument("--out", help="run directory (default: runs/<config name>/<date-time>)")
-    p.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoint")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoint "
+                                                          "(refused where --out holds no run)")
+    p.add_argument("--resume-if-any", action="store_true", help="continue the run in --out if it holds one, else "
+                                                                "start it there (what a sweep's runs do)")
     p.set_defaults(func=cmd_train)
 
 

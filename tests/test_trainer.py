@@ -137,6 +137,30 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tiny_config, t
     assert all(torch.isfinite(t).all() for t in read_checkpoint(found[0][1]).model.values())
 
 
+def test_a_new_run_that_diverges_before_its_first_checkpoint_leaves_nothing(tiny_config, tmp_path, monkeypatch):
+    """Nothing to resume, so nothing that looks like a run: a folder it made is gone, and one
+    that existed keeps only what it held."""
+    original = Retrieval.loss
+    monkeypatch.setattr(Retrieval, "loss", lambda self, logits, batch: original(self, logits, batch) * float("nan"))
+    with pytest.raises(TrainingDiverged, match=r"nan at step 1.*Nothing of this run is kept"):
+        run(tiny_config(), tmp_path / "new")
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "notes.txt").write_text("mine")
+    with pytest.raises(TrainingDiverged):
+        run(tiny_config(), tmp_path / "old")
+    assert [p.name for p in (tmp_path / "old").iterdir()] == ["notes.txt"]
+
+
+def test_resuming_a_folder_that_holds_no_run_is_refused(tiny_config, tmp_path):
+    """A mistyped --out must not start a new run from step 0 as if it resumed one; 'if_any'
+    (a sweep's runs) starts it."""
+    with pytest.raises(ModformerError, match="holds no run to resume"):
+        run(tiny_config(), tmp_path / "typo", resume=True)
+    assert not (tmp_path / "typo").exists()
+    assert run(tiny_config("train.steps=2"), tmp_path / "fresh", resume="if_any")["step"] == 2
+
+
 def test_bf16_autocast_trains(tiny_config, tmp_path):
     # Small held-out sets: evaluation in emulated bf16 (CPUs without it) is most of the time.
     # A width-32 model of one layer: emulated bf16 matmuls cost ~20x fp32's.

@@ -116,8 +116,8 @@ def kind_of(sweep_dir: Path) -> RunKind:
 # -- train: one `modformer train` run ---------------------------------------------------------
 
 def _train_command(config: Path, run_dir: Path) -> list[str]:
-    # --resume also covers a run killed before its first checkpoint: it starts over.
-    return ["train", str(config), "--out", str(run_dir), "--resume"]
+    # A run not started yet starts; a run killed (before its first checkpoint too) continues.
+    return ["train", str(config), "--out", str(run_dir), "--resume-if-any"]
 
 
 def _train_describe(summary: dict[str, Any]) -> str:

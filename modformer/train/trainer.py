@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -23,7 +24,7 @@ from ..analysis.induction import induction_scores, plot_induction_scores
 from ..config import RunConfig, config_from_dict, part_versions
 from ..configtools import flatten
 from ..constructions import construction_label
-from ..errors import CheckpointError, ConfigError, Interrupted, ModformerError
+from ..errors import CheckpointError, ConfigError, Interrupted, ModformerError, TrainingDiverged
 from ..evaluate import checkpoint_file, evaluate
 from ..files import atomic_write_text, remove_stale_temporaries
 from ..lock import FolderLock, take_lock
@@ -57,12 +58,16 @@ class Trainer(TrainingLoop):
     """A run of one config's task: the one training loop (`loop.py`) reading the task's
     batches and loss, in a run directory."""
 
-    def __init__(self, cfg: RunConfig, run_dir: str | Path, *, resume: bool = False,
+    def __init__(self, cfg: RunConfig, run_dir: str | Path, *, resume: bool | str = False,
                  command: list[str] | None = None, echo: Callable[[str], None] | None = None):
         super().__init__()
+        if resume not in (False, True, "if_any"):
+            raise ValueError(f"resume must be False, True or 'if_any', got {resume!r}")
         self.cfg = cfg
         self.run_dir = Path(run_dir)
-        self.resume = resume
+        self.resume = bool(resume)
+        self.resume_required = resume is True  # 'if_any' (a sweep's run) starts where there is none
+        self.created: set[str] | None = None  # what this start added to the folder (None: it made the folder)
         self.command = command if command is not None else sys.argv
         self.echo = echo or (lambda msg: print(msg, file=sys.stderr))
         self.ckpt_dir = self.run_dir / "checkpoints"
@@ -80,6 +85,12 @@ class Trainer(TrainingLoop):
                 f"{{path}}); wait for it to end or stop it, or choose another --out"))
 
     def _prepare_run_dir(self) -> None:
+        if self.resume_required and not (self.run_dir / "config.yaml").exists() \
+                and not list_checkpoints(self.ckpt_dir):
+            raise ModformerError(f"{self.run_dir} holds no run to resume (no config.yaml, no checkpoint): check the "
+                                 f"folder's name, or start a new run there without resuming")
+        # (the lock, taken first, is this start's too)
+        self.created = set(os.listdir(self.run_dir)) - {LOCK_FILE} if self.run_dir.is_dir() else None
         # A missing folder is made here, not earlier: a run refused for its config leaves none behind.
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -89,8 +100,8 @@ class Trainer(TrainingLoop):
         saved = self.run_dir / "config.yaml"
         holds_run = saved.exists() or bool(list_checkpoints(self.ckpt_dir))
         if holds_run and not self.resume:
-            raise ModformerError(f"{self.run_dir} already holds a run; pass --resume to continue it, "
-                                 f"or --out to choose another folder")
+            raise ModformerError(f"{self.run_dir} already holds a run: resume it (modformer train --resume, "
+                                 f"train_run(..., resume=True)) or choose another folder")
         if self.resume and saved.exists():
             self._check_same_config(saved)
         if self.resume:
@@ -301,6 +312,11 @@ class Trainer(TrainingLoop):
             self.loop(self._setup(), desc=f"{self.cfg.model.variant}/{self.cfg.task.name}",
                       show_progress=self.world.main)
             return self._finish()
+        except TrainingDiverged as e:
+            self.diverged_before_a_checkpoint = self.world.main and not self.resume and self.last_saved is None
+            if self.diverged_before_a_checkpoint:
+                raise TrainingDiverged(f"{e} Nothing of this run is kept: {self.run_dir} is as it was before") from None
+            raise
         finally:  # the trackers' runs end with the run, stopped or failed too, with the plots there are
             try:
                 self.metrics.close([p for p in (self.run_dir / "curves.png", self.run_dir / "induction.png")
@@ -308,6 +324,19 @@ class Trainer(TrainingLoop):
             finally:  # last: nothing of this training writes into the folder after the lock is given up
                 if self.lock is not None:
                     self.lock.release()
+                if getattr(self, "diverged_before_a_checkpoint", False):
+                    self._remove_what_this_start_wrote()
+
+    def _remove_what_this_start_wrote(self) -> None:
+        """A new run that diverged before its first checkpoint has nothing to resume: leave the
+        folder as it was (gone, if this run made it), not a config, logs and an empty
+        checkpoints/ that look like a run."""
+        if self.created is None:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+            return
+        for name in set(os.listdir(self.run_dir)) - self.created:
+            path = self.run_dir / name
+            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
 
     def stop(self, done: int) -> None:
         if self.world.main:
