@@ -51,10 +51,16 @@ class FolderLock:
     def release(self) -> None:
         if self._fd is not None:
             # Emptied first: the file names a holder only while one holds it, and a folder a
-            # refused process left alone reads as it did before.
-            os.ftruncate(self._fd, 0)
-            os.close(self._fd)  # closing the descriptor is what releases the flock
-            self._fd = None
+            # refused process left alone reads as it did before. A disk gone read-only or
+            # failing refuses even that: the lock is given up all the same, and whatever
+            # stopped the holder is what it reports (the next holder overwrites the record).
+            try:
+                os.ftruncate(self._fd, 0)
+            except OSError:
+                pass
+            finally:
+                os.close(self._fd)  # closing the descriptor is what releases the flock
+                self._fd = None
 
     def __enter__(self) -> FolderLock:
         return self

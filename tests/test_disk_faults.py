@@ -8,13 +8,16 @@
   cause, exit status 2, no traceback and no half-written checkpoint; once the disk is back,
   resuming ends equal to an uninterrupted run.
 
-The full and read-only disks are size-limited tmpfs mounts, made by the test (root only; the
-tests skip, saying why, where mounting is not allowed).
+The full and read-only disks are size-limited tmpfs mounts, made by the test; the disk that
+fails mid-run is the issue's own: a loop-mounted ext4 (errors=remount-ro) that the kernel's
+error path turns read-only while the run writes, repaired with e2fsck (tests/failing_disk.py).
+Root only: the tests skip, saying why, where mounting is not allowed.
 """
 
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -26,6 +29,7 @@ from modformer.config import load_config
 from modformer.errors import storage_fault
 from modformer.train.checkpoint import list_checkpoints, read_checkpoint
 from modformer.train.records import read_records
+from failing_disk import ext4_disk  # noqa: F401  (a fixture)
 
 ROOT = Path(__file__).parent.parent
 ARGS = ["model.d_model=32", "task.n_pairs=3", "task.test_size=100", "task.validation_size=50", "train.steps=40",
@@ -188,3 +192,26 @@ def test_sweep_status_on_a_disk_made_read_only_is_one_line_and_loses_nothing(tmp
     assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
     status = run_cli("sweep", "--status", str(out))
     assert status.returncode == 0 and "standard/default/seed0" in status.stdout, status.stderr
+
+
+@pytest.mark.slow
+def test_an_ext4_disk_failing_mid_run_stops_it_in_one_line_and_the_resume_loses_nothing(tmp_path, ext4_disk):
+    """The issue's reproduction: the run's file system turns read-only (an ext4 error, with
+    errors=remount-ro) while it trains; e2fsck then drops what the journal had not committed.
+    Before the records were synced with each checkpoint, metrics.jsonl came back empty and the
+    resume went on from the last surviving checkpoint without a word."""
+    args = [*ARGS, "train.steps=400", "train.eval_every=20", "train.checkpoint_every=20"]
+    train_run(load_config("configs/retrieval.yaml", args), tmp_path / "whole", echo=quiet)
+    out = ext4_disk.path / "run"
+    command = [sys.executable, "-m", "modformer.cli", "train", "configs/retrieval.yaml", "--out", str(out), *args]
+    training = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    while not (out / "checkpoints" / "step_0000100.safetensors").exists() and training.poll() is None:
+        time.sleep(0.01)
+    ext4_disk.fail()
+    _, stderr = training.communicate(timeout=300)
+    one_line_exit_2(subprocess.CompletedProcess(command, training.returncode, "", stderr), out, "read-only")
+
+    ext4_disk.repair()
+    resumed = run_cli("train", "configs/retrieval.yaml", "--out", str(out), *args, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert records(out) == records(tmp_path / "whole")
