@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 from .errors import ModformerError
+from .files import naming
 
 
 class FolderBusy(ModformerError):
@@ -90,8 +91,13 @@ def take_lock(path: str | Path, *, wait: bool, busy: str = "{path} is locked by 
                              f"locks? NFS needs lockd, i.e. no 'nolock' mount option)") from None
     holder = {"host": socket.gethostname(), "pid": os.getpid(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
               "command": sys.argv}
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, (json.dumps(holder) + "\n").encode(), 0)
+    try:
+        with naming(path):  # a full or failing disk refuses the write: the one line names the folder
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, (json.dumps(holder) + "\n").encode(), 0)
+    except OSError:
+        os.close(fd)
+        raise
     return FolderLock(path, fd)
 
 

@@ -1,9 +1,10 @@
-"""A disk that fails as a real one does, for the storage-fault tests: an ext4 file system on a
-loop device, mounted with errors=remount-ro, that the test makes fail mid-run (the kernel's
-own error path, /sys/fs/ext4/<device>/trigger_fs_error: the journal aborts, the file system
-turns read-only, and what was not yet committed is gone once it is repaired), then repairs
-(e2fsck -fy) and mounts again. Root only; where loop devices or mounting are not allowed,
-the tests using it skip, saying why."""
+"""Disks that fill up or fail, for the storage-fault tests, as fixtures that conftest.py
+registers: `small_disk`, a size-limited tmpfs the test fills or remounts read-only; and
+`ext4_disk`, an ext4 file system on a loop device, mounted with errors=remount-ro, that the
+test makes fail mid-run (the kernel's own error path, /sys/fs/ext4/<device>/trigger_fs_error:
+the journal aborts, the file system turns read-only, and what was not yet committed is gone
+once it is repaired), then repairs (e2fsck -fy) and mounts again. Root only; where loop
+devices or mounting are not allowed, the tests using them skip, saying why."""
 
 from __future__ import annotations
 
@@ -12,9 +13,38 @@ import os
 import shutil
 import subprocess
 import time
+import uuid
 from pathlib import Path
 
 import pytest
+
+
+def fill(disk: Path) -> None:
+    """Fill the file system of `disk` to the last byte (a file `ballast` there)."""
+    with open(disk / "ballast", "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A tmpfs of 1 MiB at tmp_path/disk, remountable by the test (`remount(options)`)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", f"modformer-test-{uuid.uuid4().hex[:8]}",
+                           str(disk)], capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a size-limited tmpfs here ({made.stderr.strip() or 'mount failed'})")
+
+    def remount(options: str) -> None:
+        subprocess.run(["mount", "-o", f"remount,{options}", str(disk)], check=True)
+
+    yield disk, remount
+    subprocess.run(["umount", "-l", str(disk)], capture_output=True)
 
 
 class Ext4Disk:

@@ -18,7 +18,6 @@ import shutil
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -27,9 +26,11 @@ from modformer.api import train_run
 from modformer.cli import main
 from modformer.config import load_config
 from modformer.errors import storage_fault
+from modformer.files import atomic_write, durable_append, reserve
+from modformer.sweep.runner import LOG_RESERVE
 from modformer.train.checkpoint import list_checkpoints, read_checkpoint
-from modformer.train.records import read_records
-from failing_disk import ext4_disk  # noqa: F401  (a fixture)
+from modformer.train.records import MetricsLog, read_records
+from failing_disk import fill
 
 ROOT = Path(__file__).parent.parent
 ARGS = ["model.d_model=32", "task.n_pairs=3", "task.test_size=100", "task.validation_size=50", "train.steps=40",
@@ -98,21 +99,19 @@ def test_safetensors_and_os_errors_name_the_cause():
     assert storage_fault(OSError(2, "No such file or directory", "/x")) is None
 
 
-@pytest.fixture
-def small_disk(tmp_path):
-    """A tmpfs of 1 MiB at tmp_path/disk, remountable by the test (`remount(options)`)."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", f"modformer-test-{uuid.uuid4().hex[:8]}",
-                           str(disk)], capture_output=True, text=True)
-    if made.returncode != 0:
-        pytest.skip(f"cannot mount a size-limited tmpfs here ({made.stderr.strip() or 'mount failed'})")
-
-    def remount(options: str) -> None:
-        subprocess.run(["mount", "-o", f"remount,{options}", str(disk)], check=True)
-
-    yield disk, remount
-    subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+def test_a_write_refused_after_its_file_opened_names_the_folder(tmp_path):
+    """A full or failing disk refuses the write (or fsync), not the open, and the OSError names
+    no file: the one line said `cannot write:` and no folder. /dev/full refuses every write."""
+    full = Path("/dev/full")
+    if not full.exists():
+        pytest.skip("no /dev/full here")
+    writes = [(full, lambda: durable_append(full, "x\n")), (full, lambda: MetricsLog(full).append({"step": 1})),
+              (tmp_path / "file", lambda: atomic_write(tmp_path / "file", lambda tmp: full.write_text("x")))]
+    for path, write in writes:
+        with pytest.raises(OSError) as refused:
+            write()
+        assert storage_fault(refused.value).startswith(f"cannot write to {path.parent}: no space left"), path
+    assert not list(tmp_path.iterdir())
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
@@ -144,6 +143,22 @@ def test_a_full_disk_stops_training_in_one_line_and_the_resume_ends_equal(tmp_pa
     resumed = run_cli("train", "configs/retrieval.yaml", "--out", str(out), *ARGS, "--resume")
     assert resumed.returncode == 0, resumed.stderr
     assert records(out) == records(tmp_path / "whole")
+
+
+@pytest.mark.slow
+def test_a_run_started_on_a_full_disk_says_so_in_its_log_which_has_room_set_aside(small_disk):
+    """A sweep sets room aside past the end of each run's log when it starts the run (a Slurm
+    job may start hours later): on a disk full by then, the log still takes the run's line,
+    which names the folder (the lock's record, its first write, named none)."""
+    disk, _ = small_disk
+    log = disk / "run.log"
+    reserve(log, LOG_RESERVE)
+    fill(disk)
+    with open(log, "a") as f:
+        done = subprocess.run([sys.executable, "-m", "modformer.cli", "train", "configs/retrieval.yaml", "--out",
+                               str(disk / "run"), *ARGS], stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, timeout=300)
+    assert done.returncode == 2
+    assert log.read_text().splitlines()[-1].startswith(f"modformer: error: cannot write to {disk / 'run'}: no space")
 
 
 @pytest.mark.slow
