@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
 
 from .errors import ModformerError
@@ -34,11 +35,25 @@ def fsync_folder(folder: Path) -> None:
         os.close(fd)
 
 
+@contextmanager
+def naming(path: Path):
+    """Name `path` in an OSError raised inside that names no file: a write or fsync refused by
+    a full or failing disk names none (only a refused open does), and the one line that
+    reports the fault (errors.storage_fault) says which folder it is."""
+    try:
+        yield
+    except OSError as e:
+        if e.filename is None:
+            e.filename = str(path)
+        raise
+
+
 def fsync_file(path: Path) -> None:
     """Make what was written to the file at `path` durable."""
     fd = os.open(path, os.O_RDONLY)
     try:
-        os.fsync(fd)
+        with naming(path):
+            os.fsync(fd)
     finally:
         os.close(fd)
 
@@ -51,12 +66,35 @@ def durable_append(path: Path, text: str) -> None:
     created = not path.exists()
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
     try:
-        os.write(fd, text.encode())
-        os.fsync(fd)
+        with naming(path):
+            os.write(fd, text.encode())
+            os.fsync(fd)
     finally:
         os.close(fd)
     if created:
         fsync_folder(path.parent)
+
+
+_FALLOC_FL_KEEP_SIZE = 1  # linux/falloc.h
+
+
+def reserve(path: Path, size: int) -> None:
+    """Set aside `size` bytes of disk past the end of the file at `path` (made if missing),
+    its size unchanged: appends of up to that much still land once the disk is full, so a
+    run's log keeps the line that says why the run stopped. Nothing where the system cannot
+    (not Linux, a file system without fallocate)."""
+    try:
+        import ctypes
+
+        fallocate = ctypes.CDLL(None, use_errno=True).fallocate
+    except (OSError, AttributeError):
+        return
+    fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        fallocate(fd, _FALLOC_FL_KEEP_SIZE, os.fstat(fd).st_size, size)  # refused: the file is as it was
+    finally:
+        os.close(fd)
 
 
 def atomic_write(path: Path, write) -> None:
@@ -65,7 +103,8 @@ def atomic_write(path: Path, write) -> None:
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        write(tmp)
+        with naming(path):
+            write(tmp)
         fsync_file(tmp)
         umask = os.umask(0)
         os.umask(umask)

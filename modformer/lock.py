@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 from .errors import ModformerError
+from .files import naming
 
 
 class FolderBusy(ModformerError):
@@ -51,10 +52,16 @@ class FolderLock:
     def release(self) -> None:
         if self._fd is not None:
             # Emptied first: the file names a holder only while one holds it, and a folder a
-            # refused process left alone reads as it did before.
-            os.ftruncate(self._fd, 0)
-            os.close(self._fd)  # closing the descriptor is what releases the flock
-            self._fd = None
+            # refused process left alone reads as it did before. A disk gone read-only or
+            # failing refuses even that: the lock is given up all the same, and whatever
+            # stopped the holder is what it reports (the next holder overwrites the record).
+            try:
+                os.ftruncate(self._fd, 0)
+            except OSError:
+                pass
+            finally:
+                os.close(self._fd)  # closing the descriptor is what releases the flock
+                self._fd = None
 
     def __enter__(self) -> FolderLock:
         return self
@@ -84,8 +91,13 @@ def take_lock(path: str | Path, *, wait: bool, busy: str = "{path} is locked by 
                              f"locks? NFS needs lockd, i.e. no 'nolock' mount option)") from None
     holder = {"host": socket.gethostname(), "pid": os.getpid(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
               "command": sys.argv}
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, (json.dumps(holder) + "\n").encode(), 0)
+    try:
+        with naming(path):  # a full or failing disk refuses the write: the one line names the folder
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, (json.dumps(holder) + "\n").encode(), 0)
+    except OSError:
+        os.close(fd)
+        raise
     return FolderLock(path, fd)
 
 

@@ -15,6 +15,7 @@ if "PYTEST_XDIST_WORKER" in os.environ:
 
 from modformer.config import load_config  # noqa: E402
 from slurm_cluster import slurm_cluster  # noqa: E402, F401  (the Slurm tests' cluster, one per session)
+from failing_disk import ext4_disk, small_disk  # noqa: E402, F401  (the storage-fault tests' disks)
 
 
 @pytest.fixture(autouse=True)

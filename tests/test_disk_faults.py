@@ -8,14 +8,16 @@
   cause, exit status 2, no traceback and no half-written checkpoint; once the disk is back,
   resuming ends equal to an uninterrupted run.
 
-The full and read-only disks are size-limited tmpfs mounts, made by the test (root only; the
-tests skip, saying why, where mounting is not allowed).
+The full and read-only disks are size-limited tmpfs mounts, made by the test; the disk that
+fails mid-run is the issue's own: a loop-mounted ext4 (errors=remount-ro) that the kernel's
+error path turns read-only while the run writes, repaired with e2fsck (tests/failing_disk.py).
+Root only: the tests skip, saying why, where mounting is not allowed.
 """
 
 import shutil
 import subprocess
 import sys
-import uuid
+import time
 from pathlib import Path
 
 import pytest
@@ -24,8 +26,11 @@ from modformer.api import train_run
 from modformer.cli import main
 from modformer.config import load_config
 from modformer.errors import storage_fault
+from modformer.files import atomic_write, durable_append, reserve
+from modformer.sweep.runner import LOG_RESERVE
 from modformer.train.checkpoint import list_checkpoints, read_checkpoint
-from modformer.train.records import read_records
+from modformer.train.records import MetricsLog, read_records
+from failing_disk import fill
 
 ROOT = Path(__file__).parent.parent
 ARGS = ["model.d_model=32", "task.n_pairs=3", "task.test_size=100", "task.validation_size=50", "train.steps=40",
@@ -94,21 +99,19 @@ def test_safetensors_and_os_errors_name_the_cause():
     assert storage_fault(OSError(2, "No such file or directory", "/x")) is None
 
 
-@pytest.fixture
-def small_disk(tmp_path):
-    """A tmpfs of 1 MiB at tmp_path/disk, remountable by the test (`remount(options)`)."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", f"modformer-test-{uuid.uuid4().hex[:8]}",
-                           str(disk)], capture_output=True, text=True)
-    if made.returncode != 0:
-        pytest.skip(f"cannot mount a size-limited tmpfs here ({made.stderr.strip() or 'mount failed'})")
-
-    def remount(options: str) -> None:
-        subprocess.run(["mount", "-o", f"remount,{options}", str(disk)], check=True)
-
-    yield disk, remount
-    subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+def test_a_write_refused_after_its_file_opened_names_the_folder(tmp_path):
+    """A full or failing disk refuses the write (or fsync), not the open, and the OSError names
+    no file: the one line said `cannot write:` and no folder. /dev/full refuses every write."""
+    full = Path("/dev/full")
+    if not full.exists():
+        pytest.skip("no /dev/full here")
+    writes = [(full, lambda: durable_append(full, "x\n")), (full, lambda: MetricsLog(full).append({"step": 1})),
+              (tmp_path / "file", lambda: atomic_write(tmp_path / "file", lambda tmp: full.write_text("x")))]
+    for path, write in writes:
+        with pytest.raises(OSError) as refused:
+            write()
+        assert storage_fault(refused.value).startswith(f"cannot write to {path.parent}: no space left"), path
+    assert not list(tmp_path.iterdir())
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
@@ -140,6 +143,22 @@ def test_a_full_disk_stops_training_in_one_line_and_the_resume_ends_equal(tmp_pa
     resumed = run_cli("train", "configs/retrieval.yaml", "--out", str(out), *ARGS, "--resume")
     assert resumed.returncode == 0, resumed.stderr
     assert records(out) == records(tmp_path / "whole")
+
+
+@pytest.mark.slow
+def test_a_run_started_on_a_full_disk_says_so_in_its_log_which_has_room_set_aside(small_disk):
+    """A sweep sets room aside past the end of each run's log when it starts the run (a Slurm
+    job may start hours later): on a disk full by then, the log still takes the run's line,
+    which names the folder (the lock's record, its first write, named none)."""
+    disk, _ = small_disk
+    log = disk / "run.log"
+    reserve(log, LOG_RESERVE)
+    fill(disk)
+    with open(log, "a") as f:
+        done = subprocess.run([sys.executable, "-m", "modformer.cli", "train", "configs/retrieval.yaml", "--out",
+                               str(disk / "run"), *ARGS], stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, timeout=300)
+    assert done.returncode == 2
+    assert log.read_text().splitlines()[-1].startswith(f"modformer: error: cannot write to {disk / 'run'}: no space")
 
 
 @pytest.mark.slow
@@ -188,3 +207,26 @@ def test_sweep_status_on_a_disk_made_read_only_is_one_line_and_loses_nothing(tmp
     assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
     status = run_cli("sweep", "--status", str(out))
     assert status.returncode == 0 and "standard/default/seed0" in status.stdout, status.stderr
+
+
+@pytest.mark.slow
+def test_an_ext4_disk_failing_mid_run_stops_it_in_one_line_and_the_resume_loses_nothing(tmp_path, ext4_disk):
+    """The issue's reproduction: the run's file system turns read-only (an ext4 error, with
+    errors=remount-ro) while it trains; e2fsck then drops what the journal had not committed.
+    Before the records were synced with each checkpoint, metrics.jsonl came back empty and the
+    resume went on from the last surviving checkpoint without a word."""
+    args = [*ARGS, "train.steps=400", "train.eval_every=20", "train.checkpoint_every=20"]
+    train_run(load_config("configs/retrieval.yaml", args), tmp_path / "whole", echo=quiet)
+    out = ext4_disk.path / "run"
+    command = [sys.executable, "-m", "modformer.cli", "train", "configs/retrieval.yaml", "--out", str(out), *args]
+    training = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    while not (out / "checkpoints" / "step_0000100.safetensors").exists() and training.poll() is None:
+        time.sleep(0.01)
+    ext4_disk.fail()
+    _, stderr = training.communicate(timeout=300)
+    one_line_exit_2(subprocess.CompletedProcess(command, training.returncode, "", stderr), out, "read-only")
+
+    ext4_disk.repair()
+    resumed = run_cli("train", "configs/retrieval.yaml", "--out", str(out), *args, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert records(out) == records(tmp_path / "whole")

@@ -30,12 +30,14 @@ import yaml
 
 from ..configtools import get_dotted, set_dotted
 from ..errors import Interrupted, ModformerError
-from ..files import atomic_write_text, durable_append
+from ..files import atomic_write_text, durable_append, reserve
 from ..train.records import read_records
 from .kinds import python_command, run_kind
 from .spec import RunSpec, Sweep
 
 IGNORED_WHEN_RESUMING = {"workers", "launcher", "slurm", "paper"}  # sweep keys that may change between invocations
+# Disk set aside past the end of each run's log when it is started (files.reserve).
+LOG_RESERVE = 64 * 1024
 
 
 def extends(old: dict[str, Any], new: dict[str, Any]) -> bool:
@@ -148,6 +150,9 @@ class SweepRunner:
         cfg_path.parent.mkdir(parents=True, exist_ok=True)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(cfg_path, yaml.safe_dump(config, sort_keys=False))
+        # Room for the run's last words: should the disk be full when it runs (a Slurm job
+        # may start hours later), its log still takes the line that says so.
+        reserve(log_path, LOG_RESERVE)
         cmd = python_command(self.kind.command(cfg_path, run_dir))
         return cmd, {"OMP_NUM_THREADS": str(get_dotted(config, self.kind.threads_key))}, log_path
 

@@ -101,8 +101,9 @@ def gather(out: Path, states: dict[str, str], echo: Callable[[str], None], kind:
     """Record each run whose latest job has ended (by `states`) and is not recorded yet: done
     where it wrote its summary, else failed with its Slurm state, its last checkpoint and, for
     a training that failed, the last line of its log (a job killed by scancel, its time limit
-    or a lost node stopped a training that had nothing to say). `kind`: what the runs are
-    (None: as the folder's sweep.yaml says)."""
+    or a lost node stopped a training that had nothing to say), or that the log is empty: the
+    run could not write even its error there (a disk full past the log's reserve, read-only
+    or failing). `kind`: what the runs are (None: as the folder's sweep.yaml says)."""
     kind = kind or kind_of(out)
     jobs, results = submitted_jobs(out), read_results(out)
     for run_id, state in states.items():
@@ -119,9 +120,14 @@ def gather(out: Path, states: dict[str, str], echo: Callable[[str], None], kind:
         log = Path(out) / "logs" / f"{run_id}.log"
         started = kind.started(run_dir)
         saved = f"last {started}" if started else "no checkpoint yet"
-        tail = log.read_text().strip().splitlines()[-1:] if log.exists() and state not in KILLED else []
-        error = (f"Slurm job {job['job_id']} ended {state}" + (f": {tail[0]}" if tail else "") +
-                 f"; {saved}, kept: submit the sweep again to continue it")
+        tail = log.read_text().strip().splitlines()[-1:] if log.exists() else []
+        if state in KILLED:
+            said = ""
+        elif tail:
+            said = f": {tail[0]}"
+        else:  # a failed run says why in its log, unless it could not write there at all
+            said = ": nothing in its log, which the run could not write (its disk read-only, full or failing?)"
+        error = f"Slurm job {job['job_id']} ended {state}{said}; {saved}, kept: submit the sweep again to continue it"
         append_result(out, {**base, "status": "failed", "slurm_state": state, "error": error})
         echo(f"FAILED {run_id}: {error}  [log: {log}]")
 

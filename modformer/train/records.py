@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from ..files import atomic_write_text, fsync_file
+from ..files import atomic_write_text, fsync_file, naming
 from .tracking import Tracker, scalars
 
 
@@ -23,7 +23,7 @@ class MetricsLog:
         self.trackers: list[Tracker] = []
 
     def append(self, record: dict[str, Any]) -> None:
-        with open(self.path, "a") as f:
+        with naming(self.path), open(self.path, "a") as f:
             f.write(json.dumps(record) + "\n")
             f.flush()
         if self.trackers:
