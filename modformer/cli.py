@@ -7,6 +7,7 @@ import dataclasses
 import json
 import sys
 import time
+from typing import Any
 from pathlib import Path
 
 from . import api
@@ -21,7 +22,7 @@ from .commands import COMMANDS, REPORT_WRITERS, Command, describe_parser
 from .configtools import describe, field_help, key_lines
 from .constructions import CONSTRUCTIONS
 from .data import named_sources
-from .errors import Interrupted, ModformerError, storage_fault
+from .errors import ConfigError, Interrupted, ModformerError, storage_fault
 from .generate import generate_arguments
 from .knowledge.convert import convert
 from .model.part_options import BUILT_IN_SECTIONS
@@ -189,20 +190,46 @@ def config_parts_help(path: str, overrides=()) -> str:
     return "\n".join(lines)
 
 
+def _loaded(registry, name: str) -> tuple[Any, str | None]:
+    """(the part, None), or (None, why it does not load) for another package's broken entry point."""
+    try:
+        return registry[name], None
+    except ConfigError as e:
+        return None, str(e).split(": ", 1)[-1]
+
+
+def _names(registry) -> list[str]:
+    """Every name of a registry: ours, then other packages' entry points (not yet loaded)."""
+    return [*registry.names(), *(n for n in registry.installed() if n not in registry)]
+
+
+def _origin(registry, name: str) -> str:
+    return "" if name in registry.names() and name not in registry.installed() else " [entry point]"
+
+
+def _variant_line(name: str) -> str:
+    v, broken = _loaded(VARIANTS, name)
+    if broken:
+        return f"  {name:<20}BROKEN{_origin(VARIANTS, name)}: {broken}"
+    frozen = f"; freezes {', '.join(v.freeze)}" if v.freeze else ""
+    return f"  {name:<20}{v.description}{frozen}{_origin(VARIANTS, name)}"
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     if args.config:
         print(config_parts_help(args.config, args.overrides))
         return 0
     if args.options:  # every part with options, those of installed packages loaded too
+        print("variants (model.variant; a variant has no options: it is a builder and what it freezes):")
+        print("\n".join(_variant_line(name) for name in _names(VARIANTS)))
         for registry, key in ((MIXERS, "model.mixer_options"), (FFNS, "model.ffn_options")):
-            for name in [*registry.names(), *(n for n in registry.installed() if n not in registry)]:
-                print("\n".join(part_options_help(registry, name, key)))
+            for name in _names(registry):
+                _, broken = _loaded(registry, name)
+                print(f"{registry.key}={name} BROKEN [entry point]: {broken}" if broken else
+                      "\n".join(part_options_help(registry, name, key)))
         return 0
     print("variants (model.variant):")
-    for name in VARIANTS:
-        v = VARIANTS[name]
-        frozen = f"; freezes {', '.join(v.freeze)}" if v.freeze else ""
-        print(f"  {name:<20}{v.description}{frozen}")
+    print("\n".join(_variant_line(name) for name in _names(VARIANTS)))
     print("constructions (model.construction):")
     for name in CONSTRUCTIONS:
         c = CONSTRUCTIONS[name]
@@ -211,15 +238,15 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(f"  {name:<20}{c.description}{options}")
     for title, registry, options in (("mixers (model.mixer)", MIXERS, "model.mixer_options"),
                                      ("feed-forward modules (model.ffn)", FFNS, "model.ffn_options")):
-        print(f"{title}: " + ", ".join(registry))
-        for name in registry:  # parts with their own options (modformer/model/part_options.py)
-            if hasattr(registry[name], "Options"):
+        print(f"{title}: " + ", ".join(f"{n}{_origin(registry, n)}" for n in _names(registry)))
+        for name in _names(registry):  # parts with their own options (modformer/model/part_options.py)
+            part, broken = _loaded(registry, name)
+            if broken:
+                print(f"  {name}: BROKEN: {broken}")
+            elif hasattr(part, "Options"):
                 print(f"  {name}: " + "; ".join(f"{k} ({t}, default {d}): {h}"
-                                                for k, t, d, h in describe(registry[name].Options, options)))
-    print("tasks (task.name): " + ", ".join(TASKS))
-    for registry in (VARIANTS, MIXERS, FFNS, TASKS):
-        if registry.installed():
-            print(f"installed by other packages ({registry.group} entry points): " + ", ".join(registry.installed()))
+                                                for k, t, d, h in describe(part.Options, options)))
+    print("tasks (task.name): " + ", ".join(f"{n}{_origin(TASKS, n)}" for n in _names(TASKS)))
     print("parts of your own: name them by import path, package.module:Class (examples/README.md); every part's "
           "options: modformer list --options; a config's parts: modformer train --help CONFIG")
     print("text sources (task.source of lm and sentiment):")
