@@ -65,8 +65,8 @@ def edit_summary(records: list[dict[str, Any]], cfg: EditRunConfig) -> dict[str,
             summary["overlap_with_others"] = overlap_with_others(edit, before.get("fact_entries", {}).get("top", {}))
     summary.update(methods=cfg.methods, sizes=cfg.sizes, seeds=cfg.seeds, pool=cfg.pool_size)
     if not edits:
-        summary["note"] = (f"nothing to edit: {cfg.sizes} of a pool of {cfg.pool_size} facts at seed {cfg.seeds} "
-                           f"(an edit of the whole pool has no randomness: the run at seed 0 makes it)")
+        summary["note"] = (f"nothing to edit at seed {', '.join(map(str, cfg.seeds))}: an edit of all "
+                           f"{cfg.pool_size} facts of the pool has no randomness, and the run at seed 0 makes it")
     return summary
 
 
