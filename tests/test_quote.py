@@ -212,6 +212,26 @@ def test_a_file_without_quotes_or_missing_is_refused(tmp_path):
     assert main(["quote", str(tmp_path / "missing.md")]) == 2
 
 
+def test_a_figure_of_json_lines_records_is_one_line_or_a_ratio_of_two_each_line_from_a_clean_commit(tmp_path):
+    version = "0.1.0+94744d14d6cd"
+    lines = [{"key": "original", "arm": "original", "parameters": 800, "measures": {"perplexity": 45.65}},
+             {"key": "shared/8/4", "arm": "shared", "parameters": 720, "measures": {"perplexity": 270.4}},
+             {"key": "shared/8/2", "arm": "shared", "parameters": 400, "measures": {"perplexity": 7822.2}}]
+    (tmp_path / "ladder.jsonl").write_text("".join(json.dumps({**r, "code_version": version}) + "\n" for r in lines))
+    page = tmp_path / "README.md"
+    page.write_text(" ".join(quoted(spec) for spec in [
+        "ladder.jsonl key=shared/8/4 measures.perplexity .1", "ladder.jsonl arm=original parameters ,0",
+        "ladder.jsonl key=shared/8/2 parameters %0 over key=original"]) + "\n")
+    assert len(quote_file(page)) == 3
+    text = page.read_text()
+    assert ">270.4<" in text and ">800<" in text and ">50%<" in text  # 400 / 800
+    assert_refused(tmp_path, "ladder.jsonl arm=shared parameters ,0", "2 rows with arm=shared")
+    assert_refused(tmp_path, "ladder.jsonl arm=original measures.loss .1", "no number 'measures.loss'")
+    (tmp_path / "ladder.jsonl").write_text(json.dumps({**lines[0], "code_version": version}) + "\n"
+                                           + json.dumps({**lines[1], "code_version": version + "-dirty"}) + "\n")
+    assert_refused(tmp_path, "ladder.jsonl arm=original parameters ,0", "line 2 of .* not by a clean commit")
+
+
 @pytest.mark.parametrize("page", ["README.md", "results/random_attention/README.md", "docs/getting-started.md",
                                   "results/random_attention/LOG.md", "results/knowledge/LOG.md",
                                   "results/knowledge/README.md", "results/bench/README.md", "results/bench/LOG.md",

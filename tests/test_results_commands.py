@@ -22,7 +22,7 @@ ROOT = Path(__file__).parent.parent
 # How a run was carried out, not what it trained (a command line may set them or not).
 OPERATIONAL = {"train.threads", "train.progress", "threads"}
 # The sweeps' folders (a sweep.yaml beside its runs), of every kind of run.
-FOLDERS = sorted(p.parent for p in (ROOT / "results").glob("*/*/commands.txt")
+FOLDERS = sorted(p.parent for p in (ROOT / "results").rglob("commands.txt")
                  if (p.parent / "runs").is_dir() and (p.parent / "sweep.yaml").is_file())
 
 

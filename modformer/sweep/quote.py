@@ -43,6 +43,11 @@ field values that pick a second row to divide by:
 
 (the second row keeps every field value of the first that `over` does not name). A
 record that names no clean commit or no machine is refused (`modformer.sweep.bench_records`).
+An experiment's JSON-lines records (a path ending in `.jsonl`, each line one measurement
+naming its clean commit) are quoted the same way, each line a row, the field a dotted path:
+
+    <!--q ladder/repair.jsonl arm=entries perplexity .1-->138.8<!--/q-->
+    <!--q ladder/ladder.jsonl key=shared/1536/1344 parameters %0 over key=original-->90%<!--/q-->
 
 `modformer quote FILE` rewrites every quoted figure from the records; `--check` changes
 nothing and fails naming each figure that the records no longer give, so that a figure in
@@ -62,7 +67,7 @@ from typing import Any
 import yaml
 
 from ..commands import describe_parser
-from .bench_records import bench_value, read_bench
+from .bench_records import bench_value, read_bench, read_record_lines
 from ..errors import ModformerError
 from ..files import atomic_write_text
 from ..stats import metric_bounds, summarize, wilson
@@ -110,9 +115,10 @@ class Records:
         self._bench: dict[str, list[dict[str, Any]]] = {}
 
     def bench(self, file: str) -> list[dict[str, Any]]:
-        """The rows of a benchmark record, read once."""
+        """The rows of a benchmark record (or the lines of a JSON-lines one), read once."""
         if file not in self._bench:
-            self._bench[file] = read_bench(self.root / file)
+            path = self.root / file
+            self._bench[file] = read_record_lines(path) if file.endswith(".jsonl") else read_bench(path)
         return self._bench[file]
 
     def runs(self, folder: str, variant: str, where: dict[str, Any]) -> list[dict[str, Any]]:
@@ -208,7 +214,7 @@ def _render_bench(spec: str, words: list[str], records: Records) -> str:
             raise ModformerError(f"quote '{spec}': 'over' takes only KEY=VALUE words")
         rest = rest[:at]
     if len(rest) != 2 or not re.fullmatch(r"[%.,]\d", rest[1]):
-        raise ModformerError(f"quote '{spec}': expected FILE.json KEY=VALUE ... FIELD then %N, .N or ,N, "
+        raise ModformerError(f"quote '{spec}': expected FILE.json (or .jsonl) KEY=VALUE ... FIELD then %N, .N or ,N, "
                              f"then optionally over KEY=VALUE ...")
     field, fmt = rest
     rows = records.bench(file)
@@ -227,7 +233,7 @@ def render(spec: str, records: Records) -> str:
         words = shlex.split(spec)
     except ValueError as e:
         raise ModformerError(f"quote '{spec}': {e}") from None
-    if words and words[0].endswith(".json"):
+    if words and words[0].endswith((".json", ".jsonl")):
         return _render_bench(spec, words, records)
     if len(words) < 4:
         raise ModformerError(f"quote '{spec}': expected FOLDER VARIANT [KEY=VALUE ...] METRIC FORMAT [FLAG]")

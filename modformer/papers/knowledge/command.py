@@ -49,20 +49,8 @@ def _run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if args.experiment != "report":
         cfg = from_dict(CONFIGS[args.experiment], _settings(list(args.overrides)))
-        if args.one_run and args.experiment != "ladder":
-            raise ModformerError("--one-run is a ladder sweep's run: knowledge-pretrained ladder CONFIG --one-run")
-        if args.experiment == "ladder" and args.one_run:  # a sweep's run: its summary marks it done
-            from .ladder import run_ladder
-            from .sweep_kind import write_run_summary
-
-            output_folder(out)
-            with take_lock(out / "ladder.lock", wait=False, busy=(
-                    f"{out} is being measured by {{holder}}: one ladder run per folder (lock file {{path}})")):
-                atomic_write_text(out / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-                run_ladder(cfg, out)
-                write_run_summary(out, cfg)
-            print(f"run: {out}")
-            return 0
+        if args.one_run:
+            return _one_run(args.experiment, cfg, out)
         if args.experiment == "ladder":
             from .ladder import run_ladder
             run_ladder(cfg, out)
@@ -76,6 +64,35 @@ def _run(args: argparse.Namespace) -> int:
         raise ModformerError(f"{out} holds no records of a ladder, edit or repair run ({', '.join(RECORDS)})")
     path = write_report(out)
     print(f"\n{path.read_text()}\nreport: {path}")
+    return 0
+
+
+def _one_run(experiment: str, cfg, out: Path) -> int:
+    """One run of a sweep (knowledge_ladder, knowledge_edits) in `out`, one process at a time:
+    its config, its records, then its summary.json, which marks it done."""
+    if experiment == "ladder":
+        from .ladder import run_ladder as measure
+        from .sweep_kind import write_run_summary as summarize
+    elif experiment == "edit":
+        from .edits import run_edits
+        from .edits_kind import write_edit_summary as summarize
+
+        if not len(cfg.methods) == len(cfg.sizes) == len(cfg.seeds) == 1:
+            raise ModformerError(f"--one-run edits one method, one size and one seed (a knowledge_edits sweep's run), "
+                                 f"got methods {cfg.methods}, sizes {cfg.sizes}, seeds {cfg.seeds}")
+
+        def measure(cfg, out):
+            return run_edits(cfg, out, one_run=True)
+    else:
+        raise ModformerError("--one-run is one run of a ladder or edit sweep (sweep.experiment: knowledge_ladder, "
+                             "knowledge_edits); repair runs in one folder only")
+    output_folder(out)
+    with take_lock(out / f"{experiment}.lock", wait=False, busy=(
+            f"{out} is being measured by {{holder}}: one {experiment} run per folder (lock file {{path}})")):
+        atomic_write_text(out / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+        measure(cfg, out)
+        summarize(out, cfg)
+    print(f"run: {out}")
     return 0
 
 
@@ -99,8 +116,8 @@ def knowledge_pretrained_arguments(p: argparse.ArgumentParser) -> None:
                    help="a YAML file of config keys (below), then dotted overrides, e.g. sizes=[1,5]")
     p.add_argument("--out", required=True, help="experiment folder (records, report.md, plots)")
     p.add_argument("--one-run", action="store_true",
-                   help="ladder only: measure in --out as one run of a ladder sweep (sweep.experiment: "
-                        "knowledge_ladder) and write its summary.json")
+                   help="ladder and edit: measure in --out as one run of a sweep (sweep.experiment: knowledge_ladder, "
+                        "knowledge_edits; an edit run: one method, size and seed) and write its summary.json")
     p.set_defaults(func=_run)
 
 

@@ -11,6 +11,12 @@ then is measured: efficacy, generalisation (paraphrases), specificity (every oth
 fact), unrelated prompts unchanged, held-out perplexity. For edits through E it also
 records which entries changed most and whether they are the entries that carried the
 facts' score mass (`entry_mass`).
+
+The facts are drawn from a pool: the first `pool` usable capital facts (by default as many
+as the largest size). An edit of the whole pool has no randomness: it is made once,
+labelled seed 0. In a sweep (`sweep.experiment: knowledge_edits`, `edits_kind.py`) each run
+edits one method, one size and one seed, drawing from the same pool; there a run of the
+whole pool at another seed than 0 records nothing (the run at seed 0 holds that edit).
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from torch import nn
 
 from ...data.facts import Fact
 from ...interop.packaged import NAME
-from ...configtools import option
+from ...configtools import option, to_dict
 from ...errors import ModformerError
 from ...knowledge.editing import EditConfig, Request, answered, continuations, edit, measure
 from ...knowledge.fold import fold_model, unfold_model_approximate
@@ -47,7 +53,10 @@ METHODS = {
 class EditRunConfig:
     model: str = option(NAME, "the packaged SmolLM2 name or a local Hugging Face Llama folder")
     sizes: list[int] = option(default_factory=lambda: [1, 5, 20], help="facts edited at once")
-    seeds: list[int] = option(default_factory=lambda: [0, 1, 2], help="seeds drawing the facts (sizes below all)")
+    seeds: list[int] = option(default_factory=lambda: [0, 1, 2], help="seeds drawing the facts (sizes below the pool)")
+    pool: int | None = option(None, "the facts drawn from: the first `pool` usable capital facts (null: as many as "
+                                    "the largest size); a sweep over sizes sets it, so that every run draws from "
+                                    "the same facts")
     methods: list[str] = option(default_factory=lambda: list(METHODS), help=f"of {', '.join(METHODS)}")
     lr: dict[str, float] = option(default_factory=lambda: {"entries": 3e-4, "one_down_proj": 1e-3, "all_ffns": 3e-5},
                                   help="Adam learning rate per method (set so that one edit takes several steps)")
@@ -63,9 +72,27 @@ class EditRunConfig:
 
     def __post_init__(self) -> None:
         unknown = [m for m in self.methods if m not in METHODS]
-        if unknown or any(k < 1 for k in self.sizes):
-            raise ModformerError(f"edit run: methods must be among {', '.join(METHODS)} and sizes positive, "
-                                 f"got {self.methods} and {self.sizes}")
+        if unknown or not self.methods or not self.sizes or any(k < 1 for k in self.sizes):
+            raise ModformerError(f"edit run: methods must be among {', '.join(METHODS)} and sizes positive "
+                                 f"(at least one of each), got {self.methods} and {self.sizes}")
+        if self.pool is not None and self.pool < max(self.sizes):
+            raise ModformerError(f"edit run: pool ({self.pool}) must hold the largest size, got sizes {self.sizes}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_dict(self)
+
+    @property
+    def pool_size(self) -> int:
+        """How many facts the edits draw from."""
+        return self.pool if self.pool is not None else max(self.sizes)
+
+    def draws(self, size: int, one_run: bool = False) -> list[int]:
+        """The seeds of the edits of `size` facts: each of `seeds`, or, for the whole pool (no
+        randomness), one edit labelled 0; in a sweep's run (`one_run`) only the run at seed 0
+        makes that one."""
+        if size < self.pool_size:
+            return list(self.seeds)
+        return [0] if not one_run or 0 in self.seeds else []
 
 
 def entry_mass(model: nn.Module, requests: list[Request]) -> torch.Tensor:
@@ -110,10 +137,21 @@ def _overlap(a: torch.Tensor, b: torch.Tensor, k: int) -> float:
     return len(set(a.topk(k).indices.tolist()) & set(b.topk(k).indices.tolist())) / k
 
 
-def run_edits(cfg: EditRunConfig, out: Path) -> Path:
-    """Every method x size x seed; one record each in `out/edits.jsonl` (done ones skipped)."""
+def draw(seed: int, size: int, pool: int) -> list[int]:
+    """The indices into the pool of the facts one edit changes: all of them, or `size` drawn with `seed`."""
+    if size >= pool:
+        return list(range(pool))  # no randomness
+    return sorted(random.Random(seed).sample(range(pool), size))
+
+
+def run_edits(cfg: EditRunConfig, out: Path, one_run: bool = False) -> Path:
+    """Every method x size x seed (`EditRunConfig.draws`; `one_run`: a sweep's run); one
+    record each in `out/edits.jsonl` after the `before` record (done ones skipped). A run
+    with nothing to edit loads nothing and records nothing."""
     torch.set_num_threads(cfg.threads)
     records = out / "edits.jsonl"
+    if not any(cfg.draws(size, one_run) for size in cfg.sizes):
+        return records
     done = done_keys(records)
     pre = load_pretrained(cfg.model)
     tok, model = pre.tokenizer, pre.model
@@ -122,17 +160,15 @@ def run_edits(cfg: EditRunConfig, out: Path) -> Path:
     candidates, unrelated_prompts = edit_facts()
     main = answered(model, [request(tok, f.prompt, f.answer) for f in candidates])
     usable = [f for f, ok in zip(candidates, main.tolist()) if ok or not cfg.require_known]
-    if len(usable) < max(cfg.sizes):
-        raise ModformerError(f"the model answers {len(usable)} of the capital facts, fewer than {max(cfg.sizes)}")
-    usable = usable[:max(cfg.sizes)]
+    if len(usable) < cfg.pool_size:
+        raise ModformerError(f"the model answers {len(usable)} of the capital facts, fewer than {cfg.pool_size}")
+    usable = usable[:cfg.pool_size]
     blocks = text_blocks(tok, source=cfg.corpus, n_blocks=cfg.eval_blocks, length=cfg.block_len)
     unrelated = continuations(model, [tuple(tok(p).input_ids) for p in unrelated_prompts], cfg.unrelated_tokens)
     shared, _ = unfold_model_approximate(model, pre.cfg.ffn_dim, pre.cfg.ffn_dim)
 
     def plan(size: int) -> list[tuple[int, list[int]]]:
-        if size >= len(usable):
-            return [(0, list(range(len(usable))))]  # no randomness: one run
-        return [(seed, sorted(random.Random(seed).sample(range(len(usable)), size))) for seed in cfg.seeds]
+        return [(seed, draw(seed, size, len(usable))) for seed in cfg.draws(size, one_run)]
 
     if "before" not in done:
         t = time.time()

@@ -87,7 +87,8 @@ def _edits(records: list[dict[str, Any]], out: Path) -> list[str]:
                       f"the layers) hold {fe['top_share_mean']:.1%} of the mass on average (uniform: "
                       f"{fe['uniform_share']:.1%}); two facts of one kind share {fe['overlap_within_kind']:.1%} of "
                       f"their top entries, facts of different kinds {fe['overlap_across_kinds']:.1%}."]
-    lines += ["", "Mean ± std over seeds (the 20-fact edit has no randomness: one run).", "",
+    whole = f"the {len(before['facts'])}-fact edit" if before else "an edit of every fact drawn from"
+    lines += ["", f"Mean ± std over seeds ({whole} has no randomness: one run).", "",
               "| method | facts edited | runs | steps | all answered | efficacy | generalisation | specificity | "
               "unrelated unchanged | perplexity | change in perplexity | edit time (s) |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -128,15 +129,21 @@ def _edits(records: list[dict[str, Any]], out: Path) -> list[str]:
             by_size[r["size"]].append(r)
         for size, rs in sorted(by_size.items()):
             per_fact = [v for r in rs for v in r["overlap_changed_vs_mass"]]
-            control = []
-            for r in rs:
-                changed, edited = set(r["top_changed_entries"]), {f"The capital of {s} is" for s in r["facts"]}
-                others = [set(t) for prompt, t in tops.items() if prompt not in edited]
-                control.append(sum(len(changed & t) / k for t in others) / max(len(others), 1))
+            control = [overlap_with_others(r, tops) for r in rs]
             lines.append(f"| {size} | {len(rs)} | {_mean(per_fact)} | "
                          f"{_mean([r['overlap_changed_vs_mass_of_all'] for r in rs])} | "
                          f"{_mean(control) if tops else '-'} |")
     return lines + [""]
+
+
+def overlap_with_others(record: dict[str, Any], tops: dict[str, list[int]]) -> float:
+    """The control of an edit through E: the share of its k most-changed entries among the top
+    k entries of each known fact it did not edit (`tops`: the `before` record's
+    `fact_entries.top`), averaged over those facts."""
+    k = len(record["top_changed_entries"])
+    changed, edited = set(record["top_changed_entries"]), {f"The capital of {s} is" for s in record["facts"]}
+    others = [set(t) for prompt, t in tops.items() if prompt not in edited]
+    return sum(len(changed & t) / k for t in others) / max(len(others), 1)
 
 
 def write_report(out: Path) -> Path:
