@@ -153,7 +153,7 @@ def test_an_edit_folder_is_laid_out_as_its_sweep_exactly_or_not_at_all(tmp_path,
     capsys.readouterr()
     assert main(["sweep", "--status", str(folder)]) == 0 and "4 runs: 4 done" in capsys.readouterr().out
     assert main(["sweep", str(config), "--out", str(folder)]) == 0
-    assert "4 already finished, 0 to train" in capsys.readouterr().err
+    assert "4 already finished, 0 to run" in capsys.readouterr().err
 
     # A record drawn otherwise than the config draws, or one no run holds: refused, the folder unchanged.
     for name, keys, message in [("other", (("entries", 1, 0), ("entries", 1, 1), ("entries", 3, 0),

@@ -52,7 +52,7 @@ def test_the_arms_as_a_sweep_give_the_experiment_folders_results(tiny_teacher, t
     status = capsys.readouterr().out
     assert "teacher/default/seed0" in status and "held-out exact match" in status and "2 runs: 2 done" in status
     assert main(["sweep", str(sweep_file(tmp_path, tiny_teacher)), "--out", str(out)]) == 0
-    assert "0 to train" in capsys.readouterr().err
+    assert "0 to run" in capsys.readouterr().err
 
 
 def test_a_grid_over_the_experiments_keys_and_the_arms_as_variants_only(tiny_teacher, tmp_path):
