@@ -178,6 +178,21 @@ class RaisesInForward(ScaledMean):
         raise RuntimeError("mat1 and mat2 shapes cannot be multiplied")
 
 
+class NotAModule:
+    """A part that forgot to subclass nn.Module."""
+
+    def __init__(self, cfg):
+        self.d = cfg.d_model
+
+    def __call__(self, x):
+        return x
+
+
+def returns_none(cfg):
+    """A factory that forgot its return."""
+    nn.Linear(cfg.d_model, cfg.d_model)
+
+
 @pytest.mark.parametrize("part, says", [
     ("Wide", "model.mixer=test_own_parts:Wide (blocks.0.mixer, Wide) returned a tensor of shape (2, 4, 32) for an "
              "input of shape (2, 4, 16)"),
@@ -193,6 +208,9 @@ class RaisesInForward(ScaledMean):
                           "declares Options, but its signature (cfg) does not take that"),
     ("RaisesInForward", "model.mixer=test_own_parts:RaisesInForward (blocks.0.mixer, RaisesInForward) raised "
                         "RuntimeError on a probe input"),
+    ("NotAModule", "model.mixer=test_own_parts:NotAModule built NotAModule, not a module: a part must be an "
+                   "nn.Module subclass, or a function returning one"),
+    ("returns_none", "model.mixer=test_own_parts:returns_none built None, not a module"),
 ])
 def test_a_wrong_part_is_one_line_before_anything_is_written(tmp_path, capsys, part, says):
     run = tmp_path / "run"
