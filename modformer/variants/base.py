@@ -18,6 +18,27 @@ from .stack import freeze_patterns, layer_plan, uniform
 
 @dataclass(frozen=True)
 class Variant:
+    """A variant: how the model is built and which of its parameters stay at their random
+    initial values. Write one as (docs/own-parts.md, "Your own variant"):
+
+        frozen_vo = Variant(build_decoder, freeze=("blocks.*.mixer.v_proj.*", "blocks.*.mixer.o_proj.*"),
+                            mixer="attention", description="V and O projections fixed at init")
+
+    and name it by import path (`model.variant: mypkg.variants:frozen_vo`), an entry point of
+    group `modformer.variants`, or `VARIANTS.register(name)`. Built by `build_decoder` and
+    freezing only `blocks.*` globs, it can also be one layer's variant (`model.layers`).
+
+    Attributes:
+        build: the builder, called with the model config; architecture only (`build_model`
+            draws the weights). `modformer.variants.standard.build_decoder` builds the blocks
+            of the configured parts.
+        freeze: parameter-name globs fixed at their initial values.
+        mixer: the mixer this variant always builds with; None: the configured `model.mixer`.
+        description: one line for `modformer list`.
+        own_ffn: for a variant that builds its own feed-forward modules, the `model.ffn` they
+            stand for; None: it builds the configured one.
+    """
+
     build: Callable[[ModelConfig], Transformer]  # architecture only; weights are set by `build_model`
     freeze: tuple[str, ...] = ()  # parameter-name globs fixed at their initial values
     mixer: str | None = None  # the mixer this variant always builds with; None: the configured model.mixer
