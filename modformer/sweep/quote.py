@@ -9,7 +9,8 @@ file), a variant, any grid values that pick one point of its grid (and `seed=N` 
 seed's run, for a figure that names one seed), a metric (a dotted path
 into each run's `summary.json`, e.g. `test.accuracy` or `test.slices.n_pairs.3.accuracy`;
 or `induction.max`, the strongest head's induction score at the run's last evaluation, from
-its `metrics.jsonl`), and how to write it:
+its `metrics.jsonl`; or `NAME.json:PATH`, a dotted path into an analysis record beside the
+run's summary, e.g. `circuits.json:summary.value_mass_max`), and how to write it:
 
 - `%N`: a percentage with N decimals (`33.9% ± 5.0`: the mean and the standard deviation
   over seeds, in points); `.N`: a plain number with N decimals (`5.568 ± 0.097`); `,N`: the
@@ -59,6 +60,7 @@ setting's), as is a point that no finished run has.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import shlex
 from pathlib import Path
@@ -79,8 +81,27 @@ FLAGS = {"ci", "mean", "seeds", "min", "max", "range", "n"}
 
 
 def _metric(run: dict[str, Any], path: str, folder: Path) -> float:
-    """One run's value of a metric: a dotted path into its summary, or `induction.max`."""
+    """One run's value of a metric: a dotted path into its summary, `induction.max`, or
+    `NAME.json:PATH`, a dotted path (list items by index) into an analysis record the run's
+    folder holds beside its summary (e.g. `circuits.json:summary.value_mass_max`)."""
     run_id, value = run["run_id"], run["summary"]
+    if ".json:" in path:
+        name, path = path.split(":", 1)
+        record = folder / run["run_dir"] / name
+        try:
+            value = json.loads(record.read_text())
+        except (OSError, ValueError) as e:
+            raise ModformerError(f"run {run_id} has no readable {name} ({e.__class__.__name__})") from None
+        for key in path.split("."):
+            if isinstance(value, list) and key.isdigit() and int(key) < len(value):
+                value = value[int(key)]
+            elif isinstance(value, dict) and key in value:
+                value = value[key]
+            else:
+                raise ModformerError(f"run {run_id} records no '{path}' in its {name}")
+        if not isinstance(value, (int, float)):
+            raise ModformerError(f"'{path}' of run {run_id}'s {name} is not a number")
+        return float(value)
     if path == "induction.max":
         scores = [r["scores"] for r in read_records(folder / run["run_dir"] / "metrics.jsonl")
                   if r["kind"] == "induction"]
