@@ -42,6 +42,7 @@ from ...files import atomic_write_text
 from ...model.hooks import capture, hooked
 from ...sweep.runner import read_results
 from ...tasks.retrieval import Retrieval
+from ...version import code_version
 
 PATTERN = "blocks.{}.mixer.pattern"
 
@@ -155,6 +156,7 @@ def retrieval_circuit(model: nn.Module, task: Retrieval, *, count: int = 500, se
         "layer_patching": layer_patching,
         "induction": induction.tolist(),
         "summary": {**_summary(mass, patching), "layer_patching_max": max(layer_patching)},
+        "code_version": code_version(),  # the code that read it (the run's summary names what trained it)
     }
 
 
