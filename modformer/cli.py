@@ -19,7 +19,7 @@ from .interop.packaged import NAME as PACKAGED_TEACHER
 from .interop.packaged import packaged_teacher_folder
 from .config import RunConfig, load_config
 from .commands import COMMANDS, REPORT_WRITERS, Command, describe_parser
-from .configtools import describe, field_help, key_lines
+from .configtools import check_option_types, describe, field_help, key_lines
 from .constructions import CONSTRUCTIONS
 from .data import named_sources
 from .errors import ConfigError, Interrupted, ModformerError, storage_fault
@@ -191,9 +191,13 @@ def config_parts_help(path: str, overrides=()) -> str:
 
 
 def _loaded(registry, name: str) -> tuple[Any, str | None]:
-    """(the part, None), or (None, why it does not load) for another package's broken entry point."""
+    """(the part, None), or (None, why) for a part that does not load (another package's
+    broken entry point) or whose Options a config could not give."""
     try:
-        return registry[name], None
+        part = registry[name]
+        if hasattr(part, "Options"):
+            check_option_types(part.Options, f"{registry.key}={name}")
+        return part, None
     except ConfigError as e:
         return None, str(e).split(": ", 1)[-1]
 
@@ -225,7 +229,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         for registry, key in ((MIXERS, "model.mixer_options"), (FFNS, "model.ffn_options")):
             for name in _names(registry):
                 _, broken = _loaded(registry, name)
-                print(f"{registry.key}={name} BROKEN [entry point]: {broken}" if broken else
+                print(f"{registry.key}={name} BROKEN{_origin(registry, name)}: {broken}" if broken else
                       "\n".join(part_options_help(registry, name, key)))
         return 0
     print("variants (model.variant):")

@@ -24,7 +24,7 @@ from .registry import FFNS, MIXERS, TASKS, VARIANTS
 from .tasks.base import TaskConfig
 from .train.config import TrainConfig
 from .variants.base import same_model
-from .variants.stack import resolve_layers
+from .variants.stack import layer_plan, resolve_layers
 from .version import source_version
 
 
@@ -158,7 +158,7 @@ def part_versions(cfg: RunConfig) -> dict[str, dict[str, str]]:
     model = cfg.model
     named = {"model.variant": (VARIANTS, model.variant), "model.mixer": (MIXERS, model.mixer),
              "model.ffn": (FFNS, model.ffn), "task.name": (TASKS, cfg.task.name)}
-    for i, layer in enumerate(model.layers):  # a stack: each layer's own parts
+    for i, layer in enumerate(layer_plan(model) if model.layers else []):  # a stack: each layer's own parts
         named.update({f"model.layers[{i}].variant": (VARIANTS, layer.variant),
                       f"model.layers[{i}].mixer": (MIXERS, layer.mixer), f"model.layers[{i}].ffn": (FFNS, layer.ffn)})
     return {key: {"name": name, **source_version(registry[name])} for key, (registry, name) in named.items()}

@@ -1,6 +1,8 @@
 """Per-layer stacks (`model.layers`): each layer its own variant, mixer or feed-forward module,
 frozen per layer, recorded whole, rebuilt exactly, trained, swept and refused in one line."""
 
+from dataclasses import dataclass
+
 import pytest
 import torch
 from torch import nn
@@ -8,12 +10,14 @@ from torch import nn
 from modformer.api import load_run, train_run
 from modformer.cli import main
 from modformer.config import config_from_dict, load_config, part_versions
+from modformer.configtools import option
 from modformer.errors import ConfigError
 from modformer.model.attention import SelfAttention
 from modformer.model.mixing import MixingMixer
 from modformer.train.mfu import flops_per_token
 from modformer.variants import Variant
 from modformer.variants.base import build_model, run_label
+from modformer.variants.stack import layer_plan
 from modformer.variants.standard import build_decoder
 
 TINY = ["model.d_model=16", "model.n_heads=2", "task.n_pairs=2", "task.test_size=50", "task.validation_size=20",
@@ -41,7 +45,8 @@ def test_the_hybrid_example_builds_mixing_below_attention():
 def test_a_mapping_names_only_the_layers_that_differ_and_freezes_only_there():
     cfg, model = built(["model.n_layers=3", "model.layers={-1: frozen_qk}", "model.ffn_bias=true",
                         "model.attn_bias=true"])
-    assert [layer.variant for layer in cfg.model.layers] == ["standard", "standard", "frozen_qk"]
+    assert [layer.variant for layer in layer_plan(cfg.model)] == ["standard", "standard", "frozen_qk"]
+    assert [layer.variant for layer in cfg.model.layers] == [None, None, "frozen_qk"]  # recorded: what departs
     assert frozen(model) == ["blocks.2.mixer.k_proj.bias", "blocks.2.mixer.k_proj.weight",
                              "blocks.2.mixer.q_proj.bias", "blocks.2.mixer.q_proj.weight"]
     _, mlp = built(["model.n_layers=3", "model.layers={1: frozen_mlp}", "model.ffn_bias=true"])
@@ -65,7 +70,7 @@ def test_the_recorded_layers_rebuild_the_trained_model(tmp_path):
     summary = train_run(cfg, run)
     assert summary["model"] == "standard [layers: standard (mixer mixing), frozen_qk]"
     saved = (run / "config.yaml").read_text()
-    assert "layers:\n  - variant: standard\n    mixer: mixing" in saved  # every layer written out
+    assert "layers:\n  - variant: null\n    mixer: mixing" in saved  # each layer's departures from the model
     model, reloaded, _, _ = load_run(run)
     assert reloaded.model.layers == cfg.model.layers
     assert [type(b.mixer) for b in model.blocks] == [MixingMixer, SelfAttention]
@@ -96,6 +101,41 @@ class LayerAware(nn.Module):
         return self.proj(x).cumsum(1) / torch.arange(1, x.shape[1] + 1).view(1, -1, 1)
 
 
+def test_a_model_wide_key_changed_on_a_recorded_stack_reaches_the_layers_that_inherit_it():
+    """config.yaml records each layer's departures, so `model.ffn=gelu` on a run's config is
+    every layer's but the one that names its own; options merge over the model's."""
+    cfg = load_config(None, ["model.n_layers=3", "model.layers={0: mixit, 2: {ffn: relu}}"])
+    again = config_from_dict({**cfg.to_dict(), "model": {**cfg.to_dict()["model"], "ffn": "gelu"}}, saved=True)
+    assert [(layer.variant, layer.ffn) for layer in layer_plan(again.model)] == [
+        ("mixit", "gelu"), ("standard", "gelu"), ("standard", "relu")]
+    assert [type(b.ffn).__name__ for b in build_model(again.model, 0).blocks][1] != \
+        [type(b.ffn).__name__ for b in build_model(cfg.model, 0).blocks][1]
+    merged = load_config(None, [f"model.mixer={__name__}:Scaled", "model.mixer_options={scale: 2.0, shift: 1.0}",
+                                "model.layers={1: {mixer_options: {shift: 3.0}}}"])
+    assert [layer.mixer_options for layer in layer_plan(merged.model)] == [{"scale": 2.0, "shift": 1.0},
+                                                                          {"scale": 2.0, "shift": 3.0}]
+    assert merged.model.layers[1].mixer_options == {"shift": 3.0}
+    assert run_label(merged.model) == f"standard [layers: standard (mixer {__name__}:Scaled), standard (mixer " \
+                                      f"{__name__}:Scaled; own options)]"
+
+
+@dataclass
+class ScaledOptions:
+    scale: float = option(1.0, "output scale")
+    shift: float = option(0.0, "output shift")
+
+
+class Scaled(nn.Module):
+    Options = ScaledOptions
+
+    def __init__(self, cfg, options: ScaledOptions):
+        super().__init__()
+        self.options, self.proj = options, nn.Linear(cfg.d_model, cfg.d_model)
+
+    def forward(self, x):
+        return self.options.scale * self.proj(x) + self.options.shift
+
+
 def test_a_part_is_told_its_layer():
     _, model = built(["model.n_layers=3", f"model.mixer={__name__}:LayerAware"])
     assert [b.mixer.layer for b in model.blocks] == [0, 1, 2]
@@ -119,6 +159,7 @@ def test_flops_count_each_layers_own_parts():
     (["model.layers={0: nonesuch}"], "unknown variant 'nonesuch'"),
     (["model.layers={0: {mixer: mixing, mixer_options: {scale: 2}}}"], "model.layers[0].mixer_options"),
     (["model.variant=knowledge", "model.layers={0: {ffn: gelu}}"], "not read by model.variant=knowledge"),
+    (["model.variant=knowledge", "model.layers={0: frozen_qk}"], "builds every layer's feed-forward module itself"),
     (["model.construction=reference", "model.layers=[mixit, standard]"], "builds every layer of a model in one mode"),
 ])
 def test_a_bad_stack_is_one_line(overrides, message):

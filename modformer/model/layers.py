@@ -10,8 +10,9 @@ By default every block is built alike, from `model.variant`, `model.mixer` and `
 An entry is a variant's name or a mapping of `LayerConfig`'s keys. A layer's variant must be
 one built block by block (standard, frozen_qk, frozen_mlp, mixit, or a variant of yours built
 by the decoder builder): it brings its mixer and the freezing it does inside a block, here
-only in this layer. The resolved config (config.yaml) lists every layer with every key filled
-in, so a run rebuilds its stack exactly (`modformer.variants.stack` resolves them).
+only in this layer. The resolved config (config.yaml) records each layer's departures from
+the model, a part that is not the model's with every option filled in, so a run rebuilds its
+stack exactly (`modformer.variants.stack` resolves them).
 """
 
 from __future__ import annotations

@@ -158,6 +158,14 @@ register_kind(RunKind("train", "model.variant", "train.seed", config_from_dict, 
                       None, _train_check, _train_started))
 
 
+# `python -m` would put the current folder first on sys.path, ahead of PYTHONPATH and the
+# installed packages, so a sweep's runs could import another copy of a part than
+# `modformer train` does from the same folder; without it they search as the command does
+# (PYTHONPATH, installed packages, then the current folder, which import paths append).
+RUN_CLI = "import runpy, sys; del sys.path[0]; runpy.run_module('modformer.cli', run_name='__main__', alter_sys=True)"
+
+
 def python_command(args: list[str]) -> list[str]:
-    """`modformer ARGS` as this interpreter runs it (the sweep's children and Slurm's jobs)."""
-    return [sys.executable, "-m", "modformer.cli", *args]
+    """`modformer ARGS` as this interpreter runs it (the sweep's children and Slurm's jobs),
+    finding parts as the `modformer` command does."""
+    return [sys.executable, "-c", RUN_CLI, *args]

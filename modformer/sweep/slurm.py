@@ -2,7 +2,7 @@
 
 Slurm and submitit do the scheduling; this module only describes the runs and gathers what
 they leave. Each array task runs on its node exactly what a local worker runs
-(`SweepRunner.prepare`: `python -m modformer.cli train CONFIG --out RUN_DIR --resume-if-any`, or its run
+(`SweepRunner.prepare`: `python -c RUN_CLI train CONFIG --out RUN_DIR --resume-if-any` (kinds.python_command), or its run
 kind's command (modformer/sweep/kinds.py), in the
 submitting folder, with the submitting PYTHONPATH, so parts named by import path import there
 as they do here; the node imports no modformer beyond that). The submitting side records each

@@ -74,8 +74,17 @@ def run_label(cfg: ModelConfig) -> str:
         return model_label(cfg.variant, cfg.mixer, cfg.ffn)
     runs: list[list] = []
     for layer in layer_plan(cfg):
-        name = model_label(layer.variant, layer.mixer, layer.ffn) + (" frozen " + ", ".join(layer.freeze)
-                                                                      if layer.freeze else "")
+        name = model_label(layer.variant, layer.mixer, layer.ffn)
+        extra = []
+        if not FFNS.same(layer.ffn, cfg.ffn) and f"ffn {layer.ffn}" not in name:  # ours, where the model's differs
+            extra.append(f"ffn {layer.ffn}")
+        if MIXERS.same(layer.mixer, cfg.mixer) and layer.mixer_options != cfg.mixer_options \
+                or FFNS.same(layer.ffn, cfg.ffn) and layer.ffn_options != cfg.ffn_options:
+            extra.append("own options")
+        if layer.freeze:
+            extra.append("frozen " + ", ".join(layer.freeze))
+        if extra:  # inside the label's own parentheses where it has them
+            name = f"{name[:-1]}; {'; '.join(extra)})" if name.endswith(")") else f"{name} ({'; '.join(extra)})"
         if runs and runs[-1][0] == name:
             runs[-1][1] += 1
         else:

@@ -8,8 +8,8 @@ The rules, per layer (a key the layer leaves empty takes the model's):
 - mixer: the variant's own (MixiT: mixing; Frozen-QK: attention; another given is an error),
   else the layer's, else model.mixer, except that a layer naming a variant that takes any
   mixer in a model whose variant fixes one (a standard layer in MixiT) gets attention;
-- options: the layer's, else the model's where the part is the model's, else the part's
-  defaults; every option is filled in (as config.yaml records them);
+- options: the layer's, merged over the model's where the part is the model's (else over the
+  part's defaults); every option is filled in;
 - ffn: the layer's, else model.ffn; a model variant that builds its own feed-forward modules
   (knowledge) refuses a layer's.
 """
@@ -32,6 +32,10 @@ def _layer_variant(cfg: ModelConfig, layer: LayerConfig, i: int) -> str:
     variant = VARIANTS[name]  # an unknown name fails here, naming model.variant
     if name == cfg.variant:
         return name
+    if VARIANTS[cfg.variant].own_ffn is not None:
+        raise ConfigError(f"model.layers[{i}].variant={name}: model.variant={cfg.variant} builds every layer's "
+                          f"feed-forward module itself, so a layer of another variant would still have its; give "
+                          f"the layer a mixer or freeze patterns instead (e.g. freeze: ['mixer.q_proj.*'])")
     if variant.build is not VARIANTS["standard"].build or variant.own_ffn is not None:
         raise ConfigError(f"model.layers[{i}].variant={name} builds a whole model of its own, not one block: it can "
                           f"be model.variant, not a layer's (a layer's variant changes its mixer and what it freezes)")
@@ -58,12 +62,14 @@ def resolve_layer(cfg: ModelConfig, layer: LayerConfig, i: int) -> LayerConfig:
     """Layer `i` of `cfg` with every key filled in by the rules above."""
     variant = _layer_variant(cfg, layer, i)
     mixer = _layer_mixer(cfg, layer, variant, i)
-    if layer.ffn is not None and VARIANTS[cfg.variant].own_ffn is not None and layer.ffn != cfg.ffn:
-        raise ConfigError(f"model.layers[{i}].ffn={layer.ffn} is not read by model.variant={cfg.variant}, which "
-                          f"builds every layer's feed-forward module itself")
+    if VARIANTS[cfg.variant].own_ffn is not None and (layer.ffn not in (None, cfg.ffn) or layer.ffn_options):
+        key = "ffn" if layer.ffn not in (None, cfg.ffn) else "ffn_options"
+        raise ConfigError(f"model.layers[{i}].{key} is not read by model.variant={cfg.variant}, which builds every "
+                          f"layer's feed-forward module itself")
     ffn = layer.ffn or cfg.ffn
-    mixer_options = layer.mixer_options or (cfg.mixer_options if MIXERS.same(mixer, cfg.mixer) else {})
-    ffn_options = layer.ffn_options or (cfg.ffn_options if FFNS.same(ffn, cfg.ffn) else {})
+    # Options merge over the model's where the part is the model's; another part starts from its defaults.
+    mixer_options = {**(cfg.mixer_options if MIXERS.same(mixer, cfg.mixer) else {}), **layer.mixer_options}
+    ffn_options = {**(cfg.ffn_options if FFNS.same(ffn, cfg.ffn) else {}), **layer.ffn_options}
     return LayerConfig(
         variant=variant, mixer=mixer,
         mixer_options=resolved_options(MIXERS, mixer, mixer_options, f"model.layers[{i}].mixer_options"),
@@ -71,19 +77,40 @@ def resolve_layer(cfg: ModelConfig, layer: LayerConfig, i: int) -> LayerConfig:
         freeze=list(layer.freeze))
 
 
+def _departure(cfg: ModelConfig, resolved: LayerConfig, i: int) -> LayerConfig:
+    """What resolved layer `i` keeps of its own: each key inheritance would not give it, and
+    every option of a part that is not the model's (filled in, so that a part's later defaults
+    change nothing); only the options that differ from the model's where the part is its."""
+    variant = resolved.variant if resolved.variant != cfg.variant else None
+    inherited = resolve_layer(cfg, LayerConfig(variant=variant), i)
+
+    def options(own: dict, model: dict, same_part: bool) -> dict:
+        return {k: v for k, v in own.items() if k not in model or model[k] != v} if same_part else own
+
+    return LayerConfig(
+        variant=variant, mixer=None if resolved.mixer == inherited.mixer else resolved.mixer,
+        mixer_options=options(resolved.mixer_options, cfg.mixer_options, MIXERS.same(resolved.mixer, cfg.mixer)),
+        ffn=None if resolved.ffn == inherited.ffn else resolved.ffn,
+        ffn_options=options(resolved.ffn_options, cfg.ffn_options, FFNS.same(resolved.ffn, cfg.ffn)),
+        freeze=list(resolved.freeze))
+
+
 def resolve_layers(cfg: ModelConfig) -> ModelConfig:
-    """`cfg` with every layer of its stack resolved (itself where it has none); resolving twice
-    changes nothing, so a run's recorded config rebuilds what it built."""
+    """`cfg` with its stack checked (every layer resolved) and written as each layer's
+    departures from the model ([] where no layer departs): what config.yaml records. A
+    model-wide key changed later (`model.ffn=gelu` on a run's config) reaches every layer that
+    does not set its own, and resolving the record again builds the same layers."""
     if not cfg.layers:
         return cfg
-    return replace(cfg, layers=[resolve_layer(cfg, layer, i) for i, layer in enumerate(cfg.layers)])
+    layers = [_departure(cfg, resolve_layer(cfg, layer, i), i) for i, layer in enumerate(cfg.layers)]
+    return replace(cfg, layers=[] if all(layer == LayerConfig() for layer in layers) else layers)
 
 
 def layer_plan(cfg: ModelConfig) -> list[LayerConfig]:
     """What each of the `cfg.n_layers` blocks builds, bottom first: the resolved stack, or every
     layer the model's own variant, mixer and feed-forward module."""
     if cfg.layers:
-        return resolve_layers(cfg).layers
+        return [resolve_layer(cfg, layer, i) for i, layer in enumerate(cfg.layers)]
     return [LayerConfig(variant=cfg.variant, mixer=cfg.mixer, mixer_options=cfg.mixer_options, ffn=cfg.ffn,
                         ffn_options=cfg.ffn_options) for _ in range(cfg.n_layers)]
 
