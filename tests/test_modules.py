@@ -435,3 +435,21 @@ def test_gate_options_are_checked(tiny_teacher):
     with pytest.raises(ConfigError, match="bridge.eval_gates"):
         tiny_config(tiny_teacher, "bridge.eval_gates=[0,0,1]")
     assert tiny_config(tiny_teacher, "bridge.eval_gates=[0,0.25,1]").bridge.eval_gates == [0, 0.25, 1]
+
+
+def test_the_report_shows_the_forced_gates(tiny_teacher):
+    from modformer.papers.llm_modules.report import report_lines
+
+    def run(arm, seed, loss):
+        forced = {k: {"gate": g, "held_out_exact": 0.0, "train_exact": 0.5, "held_out_answer_loss": loss + g,
+                      "held_out_answer_exact_tf": 0.0} for k, g in (("0", 0.0), ("0_5", 0.5))}
+        return {"arm": arm, "seed": seed, "held_out_exact": 0.0, "train_exact": 0.5, "held_out_answer_loss": loss,
+                "train_loss": 2.0, "trainable": {"student": 1, "bridge": 1}, "gate_mean": {"input": 0.4},
+                "forced_gate": forced}
+
+    cfg = tiny_config(tiny_teacher, "arms=[teacher,random_teacher]", "bridge.eval_gates=[0,0.5]").to_dict()
+    by_arm = {"teacher": [run("teacher", 0, 3.0), run("teacher", 1, 3.2)],
+              "random_teacher": [run("random_teacher", 0, 4.0), run("random_teacher", 1, 4.4)]}
+    text = "\n".join(report_lines(cfg, {"train": ["a"], "held_out": ["b"]}, by_arm, lambda _a: [], None))
+    assert "The gate forced after training" in text and "| teacher | learned (0.40) |" in text
+    assert "| random_teacher | 0.5 |" in text and "- gate 0.5: -1.100" in text
