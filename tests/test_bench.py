@@ -153,6 +153,38 @@ def test_teacher_cache_command(tmp_path):
     assert_clean_error(modformer("bench", "teacher-cache", "--rows", "0"), "sizes must be positive")
 
 
+def test_bridged_inference_counts_what_each_contender_asks_of_the_teacher():
+    """States kept: the teacher reads the prompt once and then one position per new token
+    (the last token is never read); recomputed: the whole text at every step; the teacher
+    alone reads as the kept one. Both bridged contenders generate the same tokens (checked
+    inside); the student alone is the ratios' base; memory counts the weights at least."""
+    from modformer.bench.bridged_inference import CONTENDERS, bridged_inference, random_teacher
+
+    teacher = random_teacher(vocab=64, width=16, layers=1, heads=2)
+    rows, facts = bridged_inference(teacher, vocab=48, width=16, layers=2, heads=2, d_ff=32, bridge_heads=2,
+                                    batch=2, prompt=3, new=(4,), repeats=1)
+    assert [r.contender for r in rows] == list(CONTENDERS) and facts["student"].endswith("vocabulary 48")
+    positions = {r.contender: r.teacher_positions for r in rows}
+    assert positions == {"student alone": 0, "student + teacher, states kept": 3 + 3,
+                         "student + teacher, states recomputed": 3 + 4 + 5 + 6, "teacher alone": 3 + 3}
+    assert rows[0].ratio == 1 and all(r.tokens_per_s > 0 and r.peak_bytes >= r.weight_bytes > 0 for r in rows)
+    assert rows[1].weight_bytes == rows[2].weight_bytes > rows[3].weight_bytes
+
+
+def test_bridged_inference_command(tmp_path):
+    result = modformer("bench", "bridged-inference", "--teacher", "random", "--vocab", "64", "--width", "16",
+                       "--heads", "2", "--d-ff", "32", "--bridge-heads", "2", "--batch", "1", "--prompt", "2",
+                       "--new", "2", "--repeats", "1", "--threads", "1", "--out", tmp_path)
+    assert result.returncode == 0, result.stderr
+    record = json.loads((tmp_path / "bridged_inference.json").read_text())
+    assert len(record["rows"]) == 4 and record["rows"][0]["ratio"] == 1 and "machine" in record
+    assert "| 2 | teacher alone |" in result.stdout
+    assert_clean_error(modformer("bench", "bridged-inference", "--teacher", "random", "--new", "0"),
+                       "must be positive")
+    assert_clean_error(modformer("bench", "bridged-inference", "--teacher", "random", "--place", "block_7"),
+                       "--place must be")
+
+
 def test_a_bench_config_is_a_sweep_files_base_without_its_profiles():
     from modformer.bench.data import load_bench_config
 

@@ -178,6 +178,21 @@ def test_combined_model_with_gates_at_zero_is_the_student_alone():
                            student(tokens))
 
 
+def test_a_bridged_student_generates_through_its_key_value_cache_as_over_the_whole_text():
+    """With the student's cache, new positions and their visibility alone give the logits
+    that the whole text gives at those positions (bridges at the input and after a block)."""
+    student, combined = bridged()
+    tokens, states = torch.randint(0, 100, (2, 7)), torch.randn(2, 7, 32)
+    visible = torch.arange(1, 8).expand(2, -1)
+    with torch.no_grad():
+        whole = combined(tokens, states, visible)
+        cache = student.new_cache()
+        first = combined(tokens[:, :4], states[:, :4], visible[:, :4], cache)
+        parts = [first] + [combined(tokens[:, i:i + 1], states[:, :i + 1], visible[:, i:i + 1], cache)
+                           for i in range(4, 7)]
+    assert torch.allclose(torch.cat(parts, 1), whole, atol=1e-5)
+
+
 def test_combined_model_is_causal_in_the_text_and_the_leaky_bridge_is_not():
     """The whole path: text -> frozen teacher -> bridge -> student logits. Changing the text
     after position 3 leaves the logits at positions 0..3 unchanged, unless the bridge leaks."""

@@ -372,3 +372,84 @@ def test_the_random_teachers_states_differ_between_texts_and_repeat_for_a_text(p
     assert torch.equal(a[0], a[2]) and not torch.allclose(a[0], a[1])
     b = run.noise([6, 2, 5], 10)[layer]
     assert torch.equal(b[0], a[1]) and torch.equal(b[2], a[0]) and not torch.allclose(b[1], a[0])
+
+
+def test_a_fixed_gate_is_the_value_everywhere_and_its_weights_do_not_train(prepared):
+    """bridge.gate: fixed sets every bridge's gate to bridge.gate_value in training and
+    evaluation; the gate's weights are left out of training; 0 is the student alone."""
+    from modformer.analysis.common import evaluating
+    from modformer.model.hooks import hooked
+
+    cfg = copy.deepcopy(prepared.cfg)
+    cfg.bridge.gate, cfg.bridge.gate_value = "fixed", 0.25
+    run = ArmRun(cfg, ARMS["teacher"], 0, prepared.data, prepared.teacher, prepared.pairing)
+    trainable = {n for n, p in run.model.named_parameters() if p.requires_grad}
+    assert trainable == expected_trainable("teacher") - {"bridges.input.gate.weight", "bridges.input.gate.bias"}
+    batch = prepared.data.batch(prepared.data.held, [0, 1], answer_only=True)
+    with torch.no_grad(), evaluating(run.model):
+        quarter = run.logits(batch)
+        with hooked(run.model, {"bridges.*.gate_value": lambda _name, g: torch.full_like(g, 0.25)}):
+            run.forced_gate = None  # the learned gate, set to 0.25 by hand
+            assert torch.equal(run.logits(batch), quarter)
+        assert not torch.allclose(run.logits(batch), quarter)  # the learned gate is another
+        run.forced_gate = 0.25
+    records = []
+    run.train(records.append)
+    assert all(r["kind"] != "train" or r["loss"] == r["loss"] for r in records)  # no NaN
+    run.forced_gate = 0.0
+    with torch.no_grad(), evaluating(run.model):
+        assert torch.allclose(run.logits(batch), run.model.student(batch.ids), atol=1e-5)
+
+
+def test_eval_gates_score_the_trained_run_again_with_each_gate_and_leave_it_as_trained(prepared):
+    """bridge.eval_gates: the summary holds, per value, exact match and held-out answer loss
+    with the gates forced to it (0: the student alone's loss), plus the learned gate's mean;
+    the run's own figures are those of the learned gate, as without the option."""
+    from modformer.papers.llm_modules.arm_run import gate_key, run_arm
+
+    assert [gate_key(v) for v in (0, 0.25, 0.5, 1)] == ["0", "0_25", "0_5", "1"]
+    cfg = copy.deepcopy(prepared.cfg)
+    extract = lambda text: text.strip()  # noqa: E731
+    plain = run_arm(cfg, ARMS["teacher"], 0, prepared.data, prepared.teacher, prepared.pairing, extract,
+                    lambda _r: None, 5)
+    cfg.bridge.eval_gates = [0, 0.5, 1]
+    forced = run_arm(cfg, ARMS["teacher"], 0, prepared.data, prepared.teacher, prepared.pairing, extract,
+                     lambda _r: None, 5)
+    assert "forced_gate" not in plain and set(forced["forced_gate"]) == {"0", "0_5", "1"}
+    for key in ("held_out_exact", "train_exact", "held_out_answer_loss", "train_answer_loss"):
+        assert forced[key] == plain[key], key
+    assert 0 < forced["gate_mean"]["input"] < 1
+    assert all(0 <= forced["forced_gate"][k]["held_out_exact"] <= 1 for k in ("0", "0_5", "1"))
+    losses = [forced["forced_gate"][k]["held_out_answer_loss"] for k in ("0", "0_5", "1")]
+    assert len(set(losses)) == 3 and forced["forced_gate"]["0_5"]["gate"] == 0.5
+    alone = run_arm(cfg, ARMS["alone"], 0, prepared.data, prepared.teacher, prepared.pairing, extract,
+                    lambda _r: None, 5)
+    assert "forced_gate" not in alone and "gate_mean" not in alone
+
+
+def test_gate_options_are_checked(tiny_teacher):
+    with pytest.raises(ConfigError, match="bridge.gate must be"):
+        tiny_config(tiny_teacher, "bridge.gate=half")
+    with pytest.raises(ConfigError, match="bridge.gate_value"):
+        tiny_config(tiny_teacher, "bridge.gate=fixed", "bridge.gate_value=1.5")
+    with pytest.raises(ConfigError, match="bridge.eval_gates"):
+        tiny_config(tiny_teacher, "bridge.eval_gates=[0,0,1]")
+    assert tiny_config(tiny_teacher, "bridge.eval_gates=[0,0.25,1]").bridge.eval_gates == [0, 0.25, 1]
+
+
+def test_the_report_shows_the_forced_gates(tiny_teacher):
+    from modformer.papers.llm_modules.report import report_lines
+
+    def run(arm, seed, loss):
+        forced = {k: {"gate": g, "held_out_exact": 0.0, "train_exact": 0.5, "held_out_answer_loss": loss + g,
+                      "held_out_answer_exact_tf": 0.0} for k, g in (("0", 0.0), ("0_5", 0.5))}
+        return {"arm": arm, "seed": seed, "held_out_exact": 0.0, "train_exact": 0.5, "held_out_answer_loss": loss,
+                "train_loss": 2.0, "trainable": {"student": 1, "bridge": 1}, "gate_mean": {"input": 0.4},
+                "forced_gate": forced}
+
+    cfg = tiny_config(tiny_teacher, "arms=[teacher,random_teacher]", "bridge.eval_gates=[0,0.5]").to_dict()
+    by_arm = {"teacher": [run("teacher", 0, 3.0), run("teacher", 1, 3.2)],
+              "random_teacher": [run("random_teacher", 0, 4.0), run("random_teacher", 1, 4.4)]}
+    text = "\n".join(report_lines(cfg, {"train": ["a"], "held_out": ["b"]}, by_arm, lambda _a: [], None))
+    assert "The gate forced after training" in text and "| teacher | learned (0.40) |" in text
+    assert "| random_teacher | 0.5 |" in text and "- gate 0.5: -1.100" in text

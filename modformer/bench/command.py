@@ -15,6 +15,8 @@ from ..files import atomic_write_text, output_folder
 from ..registry import TASKS
 from ..tasks.text import TextTask
 from ..version import code_version, machine
+from .bridged_inference import bridged_inference, random_teacher
+from .bridged_inference import markdown as bridged_markdown
 from .data import data_throughput, load_bench_config
 from .data import markdown as data_markdown
 from .knowledge import knowledge_cost, markdown
@@ -126,6 +128,33 @@ def _teacher_cache(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bridged_inference(args: argparse.Namespace) -> int:
+    if min(args.vocab, args.layers, args.heads, args.batch, args.prompt, args.repeats, args.threads, *args.new) < 1:
+        raise ModformerError("sizes, lengths, --repeats and --threads must be positive")
+    if args.place != "input" and not (args.place.startswith("block_") and args.place[6:].isdigit()
+                                      and int(args.place[6:]) < args.layers):
+        raise ModformerError(f"--place must be input or block_i with i < --layers ({args.layers}), got {args.place}")
+    torch.set_num_threads(args.threads)
+    if args.teacher == "random":
+        teacher, name = random_teacher(), "a tiny random Llama"
+    else:
+        from ..interop.packaged import load_teacher
+        teacher, name = load_teacher(args.teacher)[0], args.teacher
+    width = args.width or teacher.config.hidden_size
+    if width % args.heads or (width // args.heads) % 2 or width % args.bridge_heads:
+        raise ModformerError(f"--heads must divide the student width {width} into even head widths, and "
+                             f"--bridge-heads divide it")
+    rows, facts = bridged_inference(teacher, vocab=args.vocab, width=args.width, layers=args.layers,
+                                    heads=args.heads, d_ff=args.d_ff, place=args.place, bridge_heads=args.bridge_heads,
+                                    batch=args.batch, prompt=args.prompt, new=tuple(args.new), repeats=args.repeats,
+                                    precision=args.precision)
+    text = bridged_markdown(rows, facts, args.threads, name)
+    print(text)
+    _write(args.out, "bridged_inference", "Inference cost of a student reading a frozen teacher through a bridge",
+           text, rows)
+    return 0
+
+
 def _tokens(text: str) -> str:
     parts = text.split("x")
     if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
@@ -232,4 +261,33 @@ def bench_arguments(p: argparse.ArgumentParser) -> None:
     tc.add_argument("--threads", type=int, default=torch.get_num_threads(), help="CPU threads (default: torch's)")
     tc.add_argument("--out", help="folder for teacher_cache.md and .json")
     tc.set_defaults(func=_teacher_cache)
+
+    bi = suites.add_parser(
+        "bridged-inference", help="generation speed and memory: a student alone, reading a frozen teacher through a "
+                                  "bridge (teacher states kept or recomputed), and the teacher alone",
+        description="Greedy generation, side by side in one process (interleaved, median of repeats): a modformer "
+                    "student alone; the same student reading a frozen teacher's final states through an enhanced "
+                    "cross-attention bridge, the teacher's key-value cache and states kept between steps or the "
+                    "whole text re-read by the teacher at every step; and the teacher alone. Prints tokens/s, the "
+                    "ratio to the student alone, teacher positions read, weights and peak tensor memory. Random "
+                    "weights; the student's vocabulary is the teacher's first --vocab ids.")
+    bi.add_argument("--teacher", default="smollm2-135m-instruct",
+                    help="the packaged teacher (default), a local Hugging Face causal LM folder, or random (a tiny "
+                         "random Llama)")
+    bi.add_argument("--vocab", type=int, default=8192, help="student vocabulary, the teacher's first ids (default: 8192)")
+    bi.add_argument("--width", type=int, default=None, help="student width (default: the teacher's)")
+    bi.add_argument("--layers", type=int, default=2, help="student blocks (default: 2)")
+    bi.add_argument("--heads", type=int, default=9, help="student heads (default: 9)")
+    bi.add_argument("--d-ff", type=int, default=1152, help="student feed-forward width (default: 1152)")
+    bi.add_argument("--place", default="block_1", help="where the bridge sits: input or block_i (default: block_1)")
+    bi.add_argument("--bridge-heads", type=int, default=8, help="bridge attention heads (default: 8)")
+    bi.add_argument("--batch", type=int, default=4, help="texts generated at once (default: 4)")
+    bi.add_argument("--prompt", type=int, default=16, help="prompt tokens (default: 16)")
+    bi.add_argument("--new", nargs="+", type=int, default=[8, 32], help="tokens generated per text, one table "
+                                                                         "block each (default: 8 32)")
+    bi.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="autocast precision (default: fp32)")
+    bi.add_argument("--repeats", type=int, default=3, help="timed generations per contender (default: 3)")
+    bi.add_argument("--threads", type=int, default=torch.get_num_threads(), help="CPU threads (default: torch's)")
+    bi.add_argument("--out", help="folder for bridged_inference.md and .json")
+    bi.set_defaults(func=_bridged_inference)
     return p

@@ -65,10 +65,14 @@ class BridgedStudent(nn.Module):
             d_student, d_teacher, n_heads, dropout=dropout, adapter_bottleneck=adapter_bottleneck) for place in places})
 
     def forward(self, tokens: torch.Tensor, teacher_states: torch.Tensor | Mapping[str, torch.Tensor],
-                visible: torch.Tensor) -> torch.Tensor:
+                visible: torch.Tensor, cache=None) -> torch.Tensor:
         """tokens (B, S), teacher_states (B, U, d_teacher) for every bridge, or place -> (B, U,
         d_teacher) (bridges reading different teacher layers), visible (B, S) counts or (B, S, U)
-        bool (see `EnhancedCrossAttention`) -> logits (B, S, vocab)."""
+        bool (see `EnhancedCrossAttention`) -> logits (B, S, vocab). With `cache` (a modformer
+        student's `new_cache()`), tokens continue the cached ones, as `Transformer.forward`
+        reads it: `visible` is then that of the new positions only, and the bridges read the
+        teacher states that those may see (the earlier positions' bridge outputs are in the
+        student's cache already)."""
         device = tokens.device
         if isinstance(teacher_states, torch.Tensor):
             teacher_states = dict.fromkeys(self.bridges, teacher_states)
@@ -82,4 +86,4 @@ class BridgedStudent(nn.Module):
             return lambda _name, h: self.bridges[place](h, states[place], visible)
 
         with hooked(self.student, {bridge_hook(place): run_bridge(place) for place in self.bridges}):
-            return self.student(tokens)
+            return self.student(tokens) if cache is None else self.student(tokens, cache)

@@ -40,6 +40,7 @@ from .generation import generate
 from ...interop.hf_student import load_hf_student
 from .config import LLMModulesConfig
 from ...model.bridged import BridgedStudent
+from ...model.hooks import capture, hooked
 
 
 @dataclass
@@ -80,6 +81,9 @@ def build_student(cfg: LLMModulesConfig, arm: Arm, seed: int, data: ModulesData,
                                      dropout=cfg.bridge.dropout, adapter_bottleneck=cfg.bridge.adapter_bottleneck)
         except ValueError as e:  # a place the student lacks, heads that do not divide its width
             raise ModformerError(f"bridge: {e}") from None
+    if cfg.bridge.gate == "fixed":  # the gate is set at its hook point (`ArmRun.forced_gate`): its weights do nothing
+        for bridge in bridged.bridges.values():
+            bridge.gate.requires_grad_(False)
     return bridged
 
 
@@ -121,6 +125,10 @@ class ArmRun(TrainingLoop):
         # batch; with its own tokenizer a generated student token may bring several teacher
         # states and a tail.
         self.noise_len = data.most_keys + cfg.train.max_new_tokens * (1 if pairing.shared else 48)
+        # Every bridge's gate, set to this value at its hook point in every forward pass (None:
+        # the learned gate): bridge.gate_value with bridge.gate fixed; `run_arm` sets each of
+        # bridge.eval_gates in turn after training.
+        self.forced_gate: float | None = cfg.bridge.gate_value if cfg.bridge.gate == "fixed" else None
 
     # -- the forward pass ------------------------------------------------------------------
     def forward(self, ids: torch.Tensor, states: dict[int, torch.Tensor] | None,
@@ -134,7 +142,12 @@ class ArmRun(TrainingLoop):
               visible: torch.Tensor | None) -> torch.Tensor:
         if not self.arm.bridged:
             return model(ids)
-        return model(ids, {place: states[layer] for place, layer in self.cfg.place_layers.items()}, visible)
+        states = {place: states[layer] for place, layer in self.cfg.place_layers.items()}
+        if self.forced_gate is None:
+            return model(ids, states, visible)
+        value = self.forced_gate
+        with hooked(self.model, {"bridges.*.gate_value": lambda _name, g: torch.full_like(g, value)}):
+            return model(ids, states, visible)
 
     def logits(self, batch: Batch, model: nn.Module | None = None) -> torch.Tensor:
         """(B, S, V) logits of a batch of rows (through `model`, default the plain student), its
@@ -269,6 +282,29 @@ class ArmRun(TrainingLoop):
                 exact += int(((logits.argmax(-1) == targets) | ~scored).all(1).sum())
         return {f"{name}_answer_loss": loss_sum / max(tokens, 1), f"{name}_answer_exact_tf": exact / max(len(rows), 1)}
 
+    @torch.no_grad()
+    def gate_means(self, rows: Rows, chunk: int = 64) -> dict[str, float]:
+        """bridge place -> the mean of its gate over every position and feature of `rows`'
+        texts (padding included), teacher-forced, as the run's gates stand (learned or forced)."""
+        sums: dict[str, float] = {}
+        count = 0
+        with evaluating(self.model):
+            for start in range(0, len(rows), chunk):
+                batch = self.data.batch(rows, list(range(start, min(start + chunk, len(rows)))), answer_only=True)
+                with capture(self.model, "bridges.*.gate_value") as gates:
+                    self.logits(batch)
+                for name, g in gates.items():
+                    place = name.split(".")[1]
+                    sums[place] = sums.get(place, 0.0) + g.float().mean().item() * g.shape[0]
+                count += batch.ids.shape[0]
+        return {place: total / max(count, 1) for place, total in sums.items()}
+
+def gate_key(value: float) -> str:
+    """The key of a forced gate value in a summary (a dotted metric path cannot hold a point):
+    0 -> "0", 0.25 -> "0_25", 1 -> "1"."""
+    return f"{float(value):g}".replace(".", "_")
+
+
 def exact_match(answers: list[str], expected: list[str]) -> float:
     """The share of answers equal to the expected one, over the items that have one (a stratos
     reply without a boxed final answer expects "" and is not scored)."""
@@ -288,6 +324,20 @@ def run_arm(cfg: LLMModulesConfig, arm: Arm, seed: int, data: ModulesData, teach
     held_answers = [extract(text) for text in generate(run, data.held, held)]
     train_answers = [extract(text) for text in generate(run, data.train, seen)]
     trainable = sorted(n for n, p in run.model.named_parameters() if p.requires_grad)
+    forced = {}
+    if arm.bridged:
+        learned = run.forced_gate
+        for value in cfg.bridge.eval_gates:  # the trained run, scored with its gates forced to each value
+            run.forced_gate = float(value)
+            held_v = [extract(text) for text in generate(run, data.held, held)]
+            train_v = [extract(text) for text in generate(run, data.train, seen)]
+            forced[gate_key(value)] = {
+                "gate": float(value),
+                "held_out_exact": exact_match(held_v, [data.held.items[i].expected for i in held]),
+                "train_exact": exact_match(train_v, [data.train.items[i].expected for i in seen]),
+                **run.answer_scores(data.held, "held_out"),
+                "held_out_answers": {data.held.items[i].prompt: a for i, a in zip(held, held_v)}}
+        run.forced_gate = learned
     return {
         "seed": seed,
         "held_out_exact": exact_match(held_answers, [data.held.items[i].expected for i in held]),
@@ -296,6 +346,8 @@ def run_arm(cfg: LLMModulesConfig, arm: Arm, seed: int, data: ModulesData, teach
         **final,
         **run.answer_scores(data.train, "train"),
         "held_out_answers": {data.held.items[i].prompt: a for i, a in zip(held, held_answers)},
+        **({"gate_mean": run.gate_means(data.held)} if arm.bridged and run.forced_gate is None else {}),
+        **({"forced_gate": forced} if forced else {}),
         "trainable": {"bridge": sum(p.numel() for n, p in run.model.named_parameters()
                                     if p.requires_grad and n.startswith("bridges.")),
                       "student": sum(p.numel() for n, p in run.model.named_parameters()

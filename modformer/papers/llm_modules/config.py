@@ -71,6 +71,18 @@ class BridgeSection:
     n_heads: int = option(8, "bridge attention heads (reference 8); must divide the student width")
     dropout: float = option(0.1, "attention dropout in the bridge (reference 0.1)")
     adapter_bottleneck: int = option(256, "adapter width (reference 256)")
+    gate: str = option("learned", "learned: each bridge's gate is sigmoid(W_g [h; a] + b_g), trained (the reference); "
+                                  "fixed: every bridge's gate is bridge.gate_value at every position and feature, in "
+                                  "training and evaluation alike (set at the hook point bridges.PLACE.gate_value; "
+                                  "the gate's weights are not trained)")
+    gate_value: float = option(0.5, "bridge.gate: fixed: the gate's value g in out = g * a + (1 - g) * h, in [0, 1] "
+                                    "(0: the student alone; 1: the bridge's output replaces the student's states)")
+    eval_gates: list[float] = option(
+        default_factory=list,
+        help="after training, score a bridged arm again with every bridge's gate forced to each of these values "
+             "(in [0, 1]) through the hook point bridges.PLACE.gate_value: held-out and training exact match and "
+             "held-out answer loss, recorded in summary.json under forced_gate.V (V written with _ for the point, "
+             "0_25 for 0.25); the training is not changed. Empty: none")
 
 
 @dataclass
@@ -173,6 +185,10 @@ class LLMModulesConfig:
             (bool(self.arms) and len(set(self.arms)) == len(self.arms), "arms must be a non-empty list without repeats"),
             (bool(self.bridge.places) and len(set(self.bridge.places)) == len(self.bridge.places),
              "bridge.places must be a non-empty list without repeats"),
+            (self.bridge.gate in ("learned", "fixed"), "bridge.gate must be learned or fixed"),
+            (0 <= self.bridge.gate_value <= 1, "bridge.gate_value must lie in [0, 1]"),
+            (all(0 <= v <= 1 for v in self.bridge.eval_gates) and len(set(self.bridge.eval_gates)) ==
+             len(self.bridge.eval_gates), "bridge.eval_gates must be values in [0, 1] without repeats"),
             (self.bridge.teacher_layers is None or self.teacher.layer == -1,
              "teacher.layer and bridge.teacher_layers both choose layers: with bridge.teacher_layers (one per place) "
              "leave teacher.layer at its default"),

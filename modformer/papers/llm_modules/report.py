@@ -148,8 +148,41 @@ def report_lines(cfg: dict[str, Any], split: dict[str, Any], by_arm: dict[str, l
                   f"{_paired(by_arm['leaky'], by_arm['teacher'], 'held_out_answer_loss')}",
                   f"- held-out exact match when generating (no answer to see), leaky - causal: "
                   f"{_paired(by_arm['leaky'], by_arm['teacher'], 'held_out_exact')}"]
+    lines += _forced_gate_lines(by_arm, arms, section)
     if _plot_curves(metrics_of, arms, figure):
         lines += ["", f"![training and held-out loss]({figure.name})"]
+    return lines
+
+
+def _forced_gate_lines(by_arm: dict[str, list[dict[str, Any]]], arms: list[str], section: str) -> list[str]:
+    """The section of runs scored again with their gates forced (bridge.eval_gates), if any."""
+    gated = [a for a in arms if all("forced_gate" in r for r in by_arm[a])]
+    if not gated:
+        return []
+    keys = list(by_arm[gated[0]][0]["forced_gate"])
+    lines = ["", f"{section} The gate forced after training (bridge.eval_gates)", "",
+             "Each trained run scored again with every bridge's gate set to the value at every position and feature "
+             "(0: the student with its bridge cut off; 1: the bridge's output replaces the student's states); "
+             "'learned' is the run as trained, its gate's mean over the held-out texts in brackets.", "",
+             "| arm | gate | held-out exact match | training-item exact match | held-out answer loss |",
+             "|---|---|---|---|---|"]
+    for arm in gated:
+        runs = by_arm[arm]
+        means = [m for r in runs for m in r.get("gate_mean", {}).values()]
+        mean = f" ({sum(means) / len(means):.2f})" if means else ""
+        lines.append(f"| {arm} | learned{mean} | {_cell(runs, 'held_out_exact', UNIT)} | "
+                     f"{_cell(runs, 'train_exact', UNIT)} | {_cell(runs, 'held_out_answer_loss', POSITIVE)} |")
+        for key in keys:
+            forced = [r["forced_gate"][key] for r in runs]
+            lines.append(f"| {arm} | {forced[0]['gate']:g} | {_cell(forced, 'held_out_exact', UNIT)} | "
+                         f"{_cell(forced, 'train_exact', UNIT)} | {_cell(forced, 'held_out_answer_loss', POSITIVE)} |")
+    if "teacher" in gated and "random_teacher" in gated:
+        real = {r["seed"]: r for r in by_arm["teacher"]}
+        lines += ["", "Held-out answer loss, teacher - random teacher, paired by seed, at each forced gate:", ""]
+        for key in keys:
+            a = [{"seed": s, "v": r["forced_gate"][key]["held_out_answer_loss"]} for s, r in real.items()]
+            b = [{"seed": r["seed"], "v": r["forced_gate"][key]["held_out_answer_loss"]} for r in by_arm["random_teacher"]]
+            lines.append(f"- gate {by_arm['teacher'][0]['forced_gate'][key]['gate']:g}: {_paired(a, b, 'v')}")
     return lines
 
 
