@@ -74,8 +74,12 @@ def format_results(summary: dict) -> str:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    if args.resume and args.resume_if_any:
+        raise ModformerError("give --resume (continue the run in --out) or --resume-if-any (continue it, or start "
+                             "it where there is none), not both")
     if (args.resume or args.resume_if_any) and not args.out:
-        raise ModformerError("train --resume continues the run in --out: name that run folder with --out")
+        flag = "--resume" if args.resume else "--resume-if-any"
+        raise ModformerError(f"train {flag} continues the run in --out: name that run folder with --out")
     cfg = load_config(args.config, args.overrides)
     out = Path(args.out) if args.out else Path("runs") / Path(args.config).stem / time.strftime("%Y%m%d-%H%M%S")
     summary = api.train_run(cfg, out, resume="if_any" if args.resume_if_any else args.resume)

@@ -118,8 +118,11 @@ def coerce(value: Any, tp: Any, key: str) -> Any:
     elif isinstance(tp, type) and issubclass(tp, enum.Enum):
         if isinstance(value, tp):
             return value
-        for member in tp:  # by value (what YAML records), then by name
-            if member.value == value and type(member.value) is type(value) or member.name == value:
+        for member in tp:  # by value (what YAML records) first
+            if member.value == value and type(member.value) is type(value):
+                return member
+        for member in tp:  # then by name
+            if member.name == value:
                 return member
     elif dataclasses.is_dataclass(tp):
         if isinstance(value, tp):
@@ -265,11 +268,11 @@ def _supported(tp: Any) -> bool:
     if origin is Literal:
         return all(isinstance(a, (int, float, bool, str)) for a in args)
     if origin is list:
-        return _supported(args[0])
+        return bool(args) and _supported(args[0])
     if origin is tuple:
-        return all(_supported(a) for a in args if a is not Ellipsis)
+        return bool(args) and all(_supported(a) for a in args if a is not Ellipsis)
     if origin is dict:
-        return args[0] is str and _supported(args[1])
+        return bool(args) and args[0] is str and _supported(args[1])
     if dataclasses.is_dataclass(tp):
         return all(_supported(t) for t in typing.get_type_hints(tp).values())
     return tp in (int, float, bool, str, type(None), Any) or isinstance(tp, type) and issubclass(tp, enum.Enum)

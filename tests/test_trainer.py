@@ -152,6 +152,31 @@ def test_a_new_run_that_diverges_before_its_first_checkpoint_leaves_nothing(tiny
     assert [p.name for p in (tmp_path / "old").iterdir()] == ["notes.txt"]
 
 
+def test_a_run_that_diverges_after_logging_or_while_resumed_keeps_its_folder(tiny_config, tmp_path, monkeypatch):
+    """What can be read or resumed stays: records already logged (the curve that diverged), a
+    resumed run's folder, a sweep's run ('if_any')."""
+    calls = {"n": 0}
+    original = Retrieval.loss
+
+    def late(self, logits, batch):
+        calls["n"] += 1
+        return original(self, logits, batch) * (float("nan") if calls["n"] > 3 else 1.0)
+
+    monkeypatch.setattr(Retrieval, "loss", late)
+    cfg = tiny_config("train.log_every=1", "train.checkpoint_every=0")
+    with pytest.raises(TrainingDiverged):
+        run(cfg, tmp_path / "logged")
+    assert len(list(read_records(tmp_path / "logged" / "metrics.jsonl"))) == 3 and (tmp_path / "logged/config.yaml").exists()
+    for resume, folder in ((True, "logged"), ("if_any", "sweep_run")):
+        calls["n"] = 100
+        before = sorted(p.name for p in (tmp_path / folder).iterdir()) if (tmp_path / folder).exists() else None
+        with pytest.raises(TrainingDiverged):
+            run(cfg, tmp_path / folder, resume=resume)
+        assert (tmp_path / folder / "config.yaml").exists()
+        if before is not None:
+            assert set(before) <= {p.name for p in (tmp_path / folder).iterdir()}
+
+
 def test_resuming_a_folder_that_holds_no_run_is_refused(tiny_config, tmp_path):
     """A mistyped --out must not start a new run from step 0 as if it resumed one; 'if_any'
     (a sweep's runs) starts it."""

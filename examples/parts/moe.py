@@ -25,8 +25,8 @@ from modformer.model.aux import AuxLoss
 class MoEOptions:
     n_experts: int = option(4, "experts per layer")
     top_k: int = option(2, "experts each token is routed to")
-    expert_hidden: int | None = option(None, "each expert's hidden width; null: d_ff / top_k (the same active FLOPs "
-                                              "as the dense feed-forward module)")
+    expert_hidden: int | None = option(None, "each expert's hidden width; null: d_ff / top_k (the top_k experts a "
+                                              "token reads have d_ff hidden units together)")
     balance_weight: float = option(0.01, "weight of the load-balancing loss in the training loss")
 
     def __post_init__(self) -> None:
@@ -41,7 +41,7 @@ class MoE(nn.Module):
         super().__init__()
         self.options = options
         d, e = cfg.d_model, options.n_experts
-        hidden = options.expert_hidden or max(1, (cfg.d_ff or 4 * d) // options.top_k)
+        hidden = options.expert_hidden or max(1, cfg.ffn_dim // options.top_k)
         self.router = nn.Linear(d, e, bias=False)
         self.up = nn.Parameter(torch.empty(e, d, hidden))  # 3-D: drawn N(0, init_std) by modformer's init
         self.down = nn.Parameter(torch.empty(e, hidden, d))

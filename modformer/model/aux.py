@@ -13,7 +13,8 @@ A part owns an `AuxLoss` submodule and passes it a scalar tensor in its forward:
             self.balance(n_experts * (load * importance).sum())   # returns its input
             return out
 
-The training step collects every `AuxLoss` called in its forward (`collecting`), by module
+The training step (every training loop: `train/loop.py`) collects every `AuxLoss` called in
+its forward (`collecting`), by module
 name (`blocks.0.ffn.balance`), and differentiates task loss + sum of weight x value; the
 weight is the part's, or `train.aux_weights` (a glob over the names, e.g.
 `{"blocks.*.ffn.balance": 0.0}`). metrics.jsonl logs the task loss as `loss` and each term's
@@ -82,8 +83,9 @@ class AuxTerms:
         return self.modules[name].weight
 
     def total(self) -> torch.Tensor | float:
-        """sum of weight x value over the terms (0.0 when there are none)."""
-        return sum((self.weight(n) * v for n, v in self.values.items()), 0.0)
+        """sum of weight x value over the terms (0.0 when there are none); a term of weight 0
+        is left out, so that it cannot turn the loss into nan."""
+        return sum((self.weight(n) * v for n, v in self.values.items() if self.weight(n) != 0), 0.0)
 
     def logged(self) -> dict[str, float]:
         """Each term's value, unweighted, as numbers."""

@@ -174,7 +174,8 @@ def write_report(sweep_dir: str | Path) -> Path:
         for v in variants:
             runs = groups[(v, chosen[v])]
             values = [[r["summary"]["aux"][k] for r in runs if k in r["summary"].get("aux", {})] for k in aux]
-            lines.append(f"| {v} | " + " | ".join(_cell(x, "loss") if x else "n/a" for x in values) + " |")
+            # "term", not "loss": an auxiliary loss may be negative, so its interval is not clipped at 0
+            lines.append(f"| {v} | " + " | ".join(_cell(x, "term") if x else "n/a" for x in values) + " |")
         lines.append("")
 
     shown = {"accuracy", "loss"}

@@ -9,7 +9,7 @@ Layout of a sweep directory::
     configs/..., logs/...         the config each run was started with, and its output
 
 A finished run (its `summary.json` exists) is never run again; a run with checkpoints
-but no summary continues with `--resume`. So a killed sweep, started again with the same
+but no summary continues (`train --resume-if-any`). So a killed sweep, started again with the same
 command, picks up where it stopped.
 """
 

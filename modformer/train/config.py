@@ -35,6 +35,10 @@ class LoopConfig:
     log_every: int = option(10, "append a training record to metrics.jsonl every this many steps")
     checkpoint_every: int = option(200, "save a checkpoint every this many steps (and at the end); 0: only at the end")
     progress: bool = option(True, "show a progress bar")
+    aux_weights: dict[str, float] = option(
+        default_factory=dict, help="weights of the model's auxiliary losses (modformer/model/aux.py), by glob over "
+                                   "their names, e.g. {'blocks.*.ffn.balance': 0.0}; a loss no glob names keeps its "
+                                   "part's weight")
     activation_checkpointing: bool = option(
         False, "keep only each block's input for backward and recompute the block's forward there "
                "(torch.utils.checkpoint): one block's activations held at a time instead of every block's, for "
@@ -82,10 +86,6 @@ class TrainConfig(LoopConfig):
               "runs, else the name of the run folder's parent")
     mlflow_uri: str | None = option(
         None, "MLflow tracking URI; null: $MLFLOW_TRACKING_URI, else a local file store `mlruns` in the current folder")
-    aux_weights: dict[str, float] = option(
-        default_factory=dict, help="weights of the model's auxiliary losses (modformer/model/aux.py), by glob over "
-                                   "their names, e.g. {'blocks.*.ffn.balance': 0.0}; a loss no glob names keeps its "
-                                   "part's weight")
     induction_scores: bool = option(
         False, "at every validation evaluation, log each head's induction score (random tokens repeated twice) "
                "and plot them in induction.png")

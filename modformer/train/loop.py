@@ -26,6 +26,7 @@ from torch import nn
 from tqdm import tqdm
 
 from ..errors import ConfigError, TrainingDiverged
+from ..model.aux import collecting
 from ..precision import autocast
 from .checkpoint import Checkpoint, load_model_state, load_optimizer_tensors, restore_rng
 from .config import LoopConfig
@@ -89,7 +90,7 @@ class TrainingLoop:
         self.window_loss, self.window_steps = 0.0, 0
         self.window_tokens, self.window_start, self.tokens_per_s = 0, time.perf_counter(), 0.0
         self.last_train_loss = math.nan  # the mean loss of the last logged window
-        # Auxiliary losses (modformer/model/aux.py): this step's, by name (`batch_loss` sets them),
+        # Auxiliary losses (modformer/model/aux.py): this step's, by name (collected around `batch_loss`),
         # their sums over the log window, and the last window's means.
         self.step_aux: dict[str, float] = {}
         self.window_aux: dict[str, float] = {}
@@ -102,9 +103,13 @@ class TrainingLoop:
         """Training batch `step` (a function of the run's seed and the step), on the device."""
         raise NotImplementedError
 
+    def reduce_aux(self, values: dict[str, float]) -> dict[str, float]:
+        """The step's auxiliary losses as logged (a distributed training averages its ranks')."""
+        return values
+
     def batch_loss(self, batch: Any) -> tuple[torch.Tensor, float, int]:
-        """(the loss to differentiate, its value as logged, the tokens the step read), and
-        `self.step_aux` set to the step's auxiliary losses where the model has any; called
+        """(the task's loss to differentiate, its value as logged, the tokens the step read);
+        the model's auxiliary losses (modformer/model/aux.py) are added by `step`; called
         under autocast, the model in training mode."""
         raise NotImplementedError
 
@@ -141,11 +146,15 @@ class TrainingLoop:
         for group in self.optimizer.param_groups:
             group["lr"] = lr * group.get("lr_scale", 1.0)
         self.optimizer.zero_grad(set_to_none=True)  # the last step's gradients are not held through the forward
-        self.step_aux = {}
-        with autocast(self.device, s.precision):
-            loss, loss_value, tokens = self.batch_loss(batch)
+        with autocast(self.device, s.precision), collecting(self.model, getattr(s, "aux_weights", {})) as aux:
+            loss, loss_value, tokens = self.batch_loss(batch)  # the parts' own losses collected meanwhile
+        self.step_aux = self.reduce_aux(aux.logged())
         if not math.isfinite(loss_value):
             self.diverged("loss", loss_value, step)
+        for name, value in self.step_aux.items():
+            if not math.isfinite(value):
+                self.diverged(f"the auxiliary loss {name}", value, step)
+        loss = loss + aux.total()
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.trainable, s.grad_clip if s.grad_clip > 0 else math.inf)
         if not math.isfinite(grad_norm):  # a finite loss can still have non-finite gradients

@@ -30,7 +30,6 @@ from ..files import atomic_write_text, remove_stale_temporaries
 from ..lock import FolderLock, take_lock
 from ..precision import resolve_precision
 from ..registry import TASKS, VARIANTS
-from ..model.aux import collecting
 from ..tasks.base import IGNORE
 from ..variants import build_model
 from ..variants.base import run_label
@@ -61,13 +60,14 @@ class Trainer(TrainingLoop):
     def __init__(self, cfg: RunConfig, run_dir: str | Path, *, resume: bool | str = False,
                  command: list[str] | None = None, echo: Callable[[str], None] | None = None):
         super().__init__()
-        if resume not in (False, True, "if_any"):
+        if not (resume is False or resume is True or resume == "if_any"):
             raise ValueError(f"resume must be False, True or 'if_any', got {resume!r}")
         self.cfg = cfg
         self.run_dir = Path(run_dir)
         self.resume = bool(resume)
         self.resume_required = resume is True  # 'if_any' (a sweep's run) starts where there is none
-        self.created: set[str] | None = None  # what this start added to the folder (None: it made the folder)
+        self.created: set[str] | None = None  # what the folder held before this start (None: it made the folder)
+        self.discarded = False  # a new run that diverged before it logged anything: its files removed
         self.command = command if command is not None else sys.argv
         self.echo = echo or (lambda msg: print(msg, file=sys.stderr))
         self.ckpt_dir = self.run_dir / "checkpoints"
@@ -276,19 +276,22 @@ class Trainer(TrainingLoop):
         return batch.to(self.device)
 
     def batch_loss(self, batch) -> tuple[torch.Tensor, float, int]:
-        with collecting(self.model, self.cfg.train.aux_weights) as aux:  # the parts' own losses (model/aux.py)
-            logits = self.step_model(batch.inputs)
+        logits = self.step_model(batch.inputs)
         if self.world.size > 1:  # this share's token sum, over the global token count (see distributed.py)
             total = self.world.sum((batch.targets != IGNORE).sum().float())
             loss = self.task.loss(logits, batch, reduction="sum") * self.world.size / total
             loss_value = (self.world.sum(loss.detach()) / self.world.size).item()
-            self.step_aux = {k: (self.world.sum(torch.tensor(v, device=self.device)) / self.world.size).item()
-                             for k, v in aux.logged().items()}
         else:
             loss = self.task.loss(logits, batch)
             loss_value = loss.item()
-            self.step_aux = aux.logged()
-        return loss + aux.total(), loss_value, batch.inputs.numel() * self.world.size  # the global batch's tokens
+        return loss, loss_value, batch.inputs.numel() * self.world.size  # the global batch's tokens
+
+    def reduce_aux(self, values: dict[str, float]) -> dict[str, float]:
+        if self.world.size == 1 or not values:
+            return values
+        names = sorted(values)  # every rank holds the same model, so the same names: one reduction
+        mean = self.world.sum(torch.tensor([values[n] for n in names], device=self.device)) / self.world.size
+        return dict(zip(names, mean.tolist()))
 
     def describe(self) -> str:
         return f" (run {self.run_dir})"
@@ -313,8 +316,13 @@ class Trainer(TrainingLoop):
                       show_progress=self.world.main)
             return self._finish()
         except TrainingDiverged as e:
-            self.diverged_before_a_checkpoint = self.world.main and not self.resume and self.last_saved is None
-            if self.diverged_before_a_checkpoint:
+            # A new run with nothing to resume and nothing logged leaves no folder that looks like
+            # a run; one that logged records keeps them (the curve that diverged), to be read.
+            self.discarded = self.world.main and not self.resume and self.last_saved is None \
+                and not self.metrics.path.exists()
+            if self.discarded:
+                self.metrics.close([])
+                self._remove_what_this_start_wrote()
                 raise TrainingDiverged(f"{e} Nothing of this run is kept: {self.run_dir} is as it was before") from None
             raise
         finally:  # the trackers' runs end with the run, stopped or failed too, with the plots there are
@@ -324,17 +332,18 @@ class Trainer(TrainingLoop):
             finally:  # last: nothing of this training writes into the folder after the lock is given up
                 if self.lock is not None:
                     self.lock.release()
-                if getattr(self, "diverged_before_a_checkpoint", False):
-                    self._remove_what_this_start_wrote()
+                if self.discarded:  # the lock last, and the folder if this start made it
+                    if self.created is None:
+                        shutil.rmtree(self.run_dir, ignore_errors=True)
+                    else:
+                        (self.run_dir / LOCK_FILE).unlink(missing_ok=True)
 
     def _remove_what_this_start_wrote(self) -> None:
-        """A new run that diverged before its first checkpoint has nothing to resume: leave the
-        folder as it was (gone, if this run made it), not a config, logs and an empty
-        checkpoints/ that look like a run."""
-        if self.created is None:
-            shutil.rmtree(self.run_dir, ignore_errors=True)
-            return
-        for name in set(os.listdir(self.run_dir)) - self.created:
+        """Remove what this start added to the folder, its lock excepted (still held: no other
+        training can start there meanwhile; the folder itself goes once the lock is given up,
+        if this start made it)."""
+        keep = self.created if self.created is not None else set()
+        for name in set(os.listdir(self.run_dir)) - keep - {LOCK_FILE}:
             path = self.run_dir / name
             shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
 
