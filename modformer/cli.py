@@ -19,7 +19,7 @@ from .interop.packaged import NAME as PACKAGED_TEACHER
 from .interop.packaged import packaged_teacher_folder
 from .config import RunConfig, load_config
 from .commands import COMMANDS, REPORT_WRITERS, Command, describe_parser
-from .configtools import check_option_types, describe, field_help, key_lines
+from .configtools import check_option_types, describe, field_help, get_dotted, key_lines
 from .constructions import CONSTRUCTIONS
 from .data import named_sources
 from .errors import ConfigError, Interrupted, ModformerError, storage_fault
@@ -165,9 +165,12 @@ def part_options_help(registry, name: str, key: str, given: dict | None = None) 
         return lines + [f"  its options are the keys of {section} (modformer train --help)" if section
                         else "  takes no options"]
     rows = describe(options, key)
-    if given:
-        rows = [(k, t, d + (f", this config {given[k.rsplit('.', 1)[1]]!r}" if k.rsplit(".", 1)[1] in given else ""),
-                 h) for k, t, d, h in rows]
+    if given:  # each option's value in this config, found by its path below `key` (nested options too)
+        def this(k: str) -> str:
+            value = get_dotted(given, k[len(key) + 1:])
+            return "" if value is None else f", this config {value!r}"
+
+        rows = [(k, t, d + this(k), h) for k, t, d, h in rows]
     return lines + (key_lines(rows) if rows else ["  (an empty Options)"])
 
 

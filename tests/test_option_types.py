@@ -97,10 +97,12 @@ def test_the_defaults_train_and_the_run_records_them(tmp_path):
 
 
 def test_help_shows_the_choices(capsys):
-    assert main(["train", "--help", "configs/retrieval.yaml", f"model.mixer={HERE}:GatedMean"]) == 0
+    assert main(["train", "--help", "configs/retrieval.yaml", f"model.mixer={HERE}:GatedMean",
+                 "model.mixer_options={gate: silu, window: {size: 3}}"]) == 0
     out = capsys.readouterr().out
     assert "model.mixer_options.gate" in out and "one of sigmoid, silu" in out and "one of relu, tanh" in out
-    assert "model.mixer_options.window.size" in out
+    assert "default 'sigmoid', this config 'silu'" in out
+    assert "positions averaged [int, default 2, this config 3]" in out  # a nested option's value too
 
 
 @pytest.mark.parametrize("value, message", [
