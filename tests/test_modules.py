@@ -23,12 +23,12 @@ from modules_fixtures import tiny_config
 @pytest.fixture(scope="module")
 def prepared(tiny_teacher, tmp_path_factory):
     """An experiment with its items, vocabulary and teacher states ready (shared: runs only read it)."""
-    from modformer.papers.llm_modules.experiment import ModulesExperiment
+    from modformer.papers.llm_modules.experiment import LLMModulesExperiment
 
     folder = tmp_path_factory.mktemp("prepared")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MODFORMER_CACHE", str(folder / "cache"))
-        experiment = ModulesExperiment(tiny_config(tiny_teacher, "train.distill_weight=0.5"), folder / "out",
+        experiment = LLMModulesExperiment(tiny_config(tiny_teacher, "train.distill_weight=0.5"), folder / "out",
                                        echo=lambda *_: None)
         experiment.prepare()
     return experiment
@@ -161,12 +161,12 @@ def test_generation_reads_the_same_teacher_states_as_a_full_forward_pass(prepare
 
 
 def test_experiment_runs_reports_and_continues_without_redoing_runs(tiny_teacher, tmp_path, monkeypatch):
-    from modformer.papers.llm_modules.experiment import ModulesExperiment
+    from modformer.papers.llm_modules.experiment import LLMModulesExperiment
     from modformer.papers.llm_modules.report import write_modules_report
 
     monkeypatch.setenv("MODFORMER_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "out"
-    results = ModulesExperiment(tiny_config(tiny_teacher, "arms=[teacher,leaky]"), out, echo=lambda *_: None).run()
+    results = LLMModulesExperiment(tiny_config(tiny_teacher, "arms=[teacher,leaky]"), out, echo=lambda *_: None).run()
     assert [(r["arm"], r["seed"]) for r in results] == [("teacher", 0), ("leaky", 0)]
     split = json.loads((out / "split.json").read_text())
     assert not set(split["train"]) & set(split["held_out"])
@@ -178,23 +178,23 @@ def test_experiment_runs_reports_and_continues_without_redoing_runs(tiny_teacher
     assert f"Code: {code_version()}; machine: {machine()}." in report  # what made the figures, named
     assert not list(out.glob("runs/*/*/checkpoint.safetensors"))  # finished runs keep no checkpoint
     done = (out / "runs" / "teacher" / "seed_0" / "summary.json").stat().st_mtime_ns
-    more = ModulesExperiment(tiny_config(tiny_teacher, "arms=[teacher]", "seeds=[0,1]"), out, echo=lambda *_: None).run()
+    more = LLMModulesExperiment(tiny_config(tiny_teacher, "arms=[teacher]", "seeds=[0,1]"), out, echo=lambda *_: None).run()
     assert [(r["arm"], r["seed"]) for r in more] == [("teacher", 0), ("teacher", 1)]
     assert (out / "runs" / "teacher" / "seed_0" / "summary.json").stat().st_mtime_ns == done  # not redone
     saved = yaml.safe_load((out / "config.yaml").read_text())
     del saved["data"]["corpus_column"]  # as an older modformer wrote it: the field at its default is no change
     (out / "config.yaml").write_text(yaml.safe_dump(saved))
-    ModulesExperiment(tiny_config(tiny_teacher, "arms=[teacher]"), out, echo=lambda *_: None).run()
+    LLMModulesExperiment(tiny_config(tiny_teacher, "arms=[teacher]"), out, echo=lambda *_: None).run()
     with pytest.raises(Exception, match="another config"):
-        ModulesExperiment(tiny_config(tiny_teacher, "train.steps=4"), out, echo=lambda *_: None).run()
+        LLMModulesExperiment(tiny_config(tiny_teacher, "train.steps=4"), out, echo=lambda *_: None).run()
     split["train"][0] = "The capital of Nowhere is Elsewhere"  # as if made by another version of the task
     (out / "split.json").write_text(json.dumps(split))
     with pytest.raises(Exception, match="other task texts"):
-        ModulesExperiment(tiny_config(tiny_teacher, "arms=[teacher]"), out, echo=lambda *_: None).run()
+        LLMModulesExperiment(tiny_config(tiny_teacher, "arms=[teacher]"), out, echo=lambda *_: None).run()
 
 
 def test_a_second_experiment_in_a_busy_folder_is_refused_before_it_writes(tiny_teacher, tmp_path, monkeypatch):
-    from modformer.papers.llm_modules.experiment import LOCK_FILE, ModulesExperiment
+    from modformer.papers.llm_modules.experiment import LOCK_FILE, LLMModulesExperiment
     from modformer.lock import FolderBusy, take_lock
 
     monkeypatch.setenv("MODFORMER_CACHE", str(tmp_path / "cache"))
@@ -202,24 +202,24 @@ def test_a_second_experiment_in_a_busy_folder_is_refused_before_it_writes(tiny_t
     out.mkdir()
     with take_lock(out / LOCK_FILE, wait=False):  # as a running `modformer modules` holds it
         with pytest.raises(FolderBusy, match="one `modformer llm-modules` per experiment folder"):
-            ModulesExperiment(tiny_config(tiny_teacher, "arms=[teacher]"), out, echo=lambda *_: None).run()
+            LLMModulesExperiment(tiny_config(tiny_teacher, "arms=[teacher]"), out, echo=lambda *_: None).run()
         assert sorted(p.name for p in out.iterdir()) == [LOCK_FILE]  # nothing written
-    results = ModulesExperiment(tiny_config(tiny_teacher, "arms=[teacher]"), out, echo=lambda *_: None).run()
+    results = LLMModulesExperiment(tiny_config(tiny_teacher, "arms=[teacher]"), out, echo=lambda *_: None).run()
     assert [(r["arm"], r["seed"]) for r in results] == [("teacher", 0)]  # released: the folder runs
     assert (out / LOCK_FILE).read_text() == ""  # and the experiment left it released
 
 
 def test_a_folder_an_older_modformer_ran_is_locked_under_its_old_lock_name_too(tiny_teacher, tmp_path):
-    from modformer.papers.llm_modules.experiment import LOCK_FILE, OLD_LOCK_FILE, ModulesExperiment
+    from modformer.papers.llm_modules.experiment import LOCK_FILE, OLD_LOCK_FILE, LLMModulesExperiment
     from modformer.lock import FolderBusy, take_lock
 
-    fresh = ModulesExperiment(tiny_config(tiny_teacher, "arms=[teacher]"), tmp_path / "fresh", echo=lambda *_: None)
+    fresh = LLMModulesExperiment(tiny_config(tiny_teacher, "arms=[teacher]"), tmp_path / "fresh", echo=lambda *_: None)
     with fresh._locked():
         assert sorted(p.name for p in fresh.out.iterdir()) == [LOCK_FILE]  # a new folder gets the new name only
     out = tmp_path / "old"
     out.mkdir()
     (out / OLD_LOCK_FILE).write_text("")  # released, as an older modformer left it
-    experiment = ModulesExperiment(tiny_config(tiny_teacher, "arms=[teacher]"), out, echo=lambda *_: None)
+    experiment = LLMModulesExperiment(tiny_config(tiny_teacher, "arms=[teacher]"), out, echo=lambda *_: None)
     with take_lock(out / OLD_LOCK_FILE, wait=False):  # that modformer, still running here
         with pytest.raises(FolderBusy, match="one `modformer llm-modules` per experiment folder"):
             experiment.run()
@@ -234,14 +234,14 @@ def test_a_folder_an_older_modformer_ran_is_locked_under_its_old_lock_name_too(t
 
 def test_a_corpus_of_conversations_is_read_as_turns(tiny_teacher, tmp_path, monkeypatch):
     """The paper's data layout (Bespoke-Stratos-17k: a conversation per row) as the corpus."""
-    from modformer.papers.llm_modules.experiment import ModulesExperiment
+    from modformer.papers.llm_modules.experiment import LLMModulesExperiment
 
     monkeypatch.setenv("MODFORMER_CACHE", str(tmp_path / "cache"))
     rows = [{"system": "Think.", "conversations": [{"from": "user", "value": f"the cat sat on mat {i}"},
                                                    {"from": "assistant", "value": "the sun is hot"}]} for i in range(4)]
     (tmp_path / "stratos.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     cfg = tiny_config(tiny_teacher, f"data.corpus={tmp_path / 'stratos.jsonl'}", "data.corpus_column=conversations")
-    experiment = ModulesExperiment(cfg, tmp_path / "out", echo=lambda *_: None)
+    experiment = LLMModulesExperiment(cfg, tmp_path / "out", echo=lambda *_: None)
     experiment.prepare()
     assert len(experiment.data.corpus) == 4
     texts = load_corpus(str(tmp_path / "stratos.jsonl"), 10, 0, "conversations")
@@ -284,11 +284,11 @@ def test_worked_sums_and_a_split_that_holds_out_operand_values():
 def test_the_packaged_teacher_runs_every_arm(tmp_path):
     """A few steps of every arm with SmolLM2-135M-Instruct (MODFORMER_TEACHER=1 bash scripts/setup.sh)."""
     pytest.importorskip("gguf")
-    from modformer.papers.llm_modules.experiment import ModulesExperiment
+    from modformer.papers.llm_modules.experiment import LLMModulesExperiment
 
     cfg = load_llm_modules_config("configs/experiments/llm_modules_facts.yaml",
                                   ["train.steps=4", "train.eval_every=2", "data.corpus_rows=50", "seeds=[0]"])
-    results = ModulesExperiment(cfg, tmp_path / "out", echo=lambda *_: None).run()
+    results = LLMModulesExperiment(cfg, tmp_path / "out", echo=lambda *_: None).run()
     assert [r["arm"] for r in results] == cfg.arms == [a for a in ARMS if a != "scratch"]
     assert all(len(r["held_out_answers"]) > 30 for r in results)
 

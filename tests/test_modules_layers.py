@@ -30,10 +30,10 @@ def tiny_llama(layers: int = 3):
 
 
 def prepared(cfg, tmp_path, monkeypatch):
-    from modformer.papers.llm_modules.experiment import ModulesExperiment
+    from modformer.papers.llm_modules.experiment import LLMModulesExperiment
 
     monkeypatch.setenv("MODFORMER_CACHE", str(tmp_path / "cache"))
-    experiment = ModulesExperiment(cfg, tmp_path / "out", echo=lambda *_: None)
+    experiment = LLMModulesExperiment(cfg, tmp_path / "out", echo=lambda *_: None)
     experiment.prepare()
     return experiment
 
@@ -185,12 +185,12 @@ def test_distill_caches_the_final_layer_when_no_bridge_reads_it(tiny_teacher, tm
 
 
 def test_experiment_with_two_layers_runs_every_arm_and_says_so(tiny_teacher, tmp_path, monkeypatch):
-    from modformer.papers.llm_modules.experiment import ModulesExperiment
+    from modformer.papers.llm_modules.experiment import LLMModulesExperiment
     from modformer.papers.llm_modules.report import write_modules_report
 
     monkeypatch.setenv("MODFORMER_CACHE", str(tmp_path / "cache"))
     lines = []
-    results = ModulesExperiment(tiny_config(tiny_teacher, *LAYERS), tmp_path / "out", echo=lines.append).run()
+    results = LLMModulesExperiment(tiny_config(tiny_teacher, *LAYERS), tmp_path / "out", echo=lines.append).run()
     assert [r["arm"] for r in results] == ["alone", "teacher", "random_teacher", "distill", "leaky"]
     assert {n.split(".")[1] for n in results[1]["trainable"]["names"] if n.startswith("bridges.")} == {"input",
                                                                                                        "block_1"}
@@ -199,15 +199,15 @@ def test_experiment_with_two_layers_runs_every_arm_and_says_so(tiny_teacher, tmp
     # Other layers make another experiment; the same layers written another way do not.
     one_layer = ["bridge.places=[input,block_1]", "teacher.layer=1", "arms=[alone]"]
     with pytest.raises(ModformerError, match="another config"):  # block_1 read -1 there
-        ModulesExperiment(tiny_config(tiny_teacher, *one_layer), tmp_path / "out", echo=lambda *_: None).run()
-    ModulesExperiment(tiny_config(tiny_teacher, *one_layer), tmp_path / "other", echo=lambda *_: None).run()
-    again = ModulesExperiment(tiny_config(tiny_teacher, *one_layer[::2], "bridge.teacher_layers=[1,1]"),
+        LLMModulesExperiment(tiny_config(tiny_teacher, *one_layer), tmp_path / "out", echo=lambda *_: None).run()
+    LLMModulesExperiment(tiny_config(tiny_teacher, *one_layer), tmp_path / "other", echo=lambda *_: None).run()
+    again = LLMModulesExperiment(tiny_config(tiny_teacher, *one_layer[::2], "bridge.teacher_layers=[1,1]"),
                               tmp_path / "other", echo=lambda *_: None).run()
     assert [r["arm"] for r in again] == ["alone"]
 
 
 def test_bad_layer_choices_are_refused_before_any_work(tiny_teacher, tmp_path, monkeypatch):
-    from modformer.papers.llm_modules.experiment import ModulesExperiment
+    from modformer.papers.llm_modules.experiment import LLMModulesExperiment
 
     with pytest.raises(ConfigError, match="one teacher layer per bridge place"):
         tiny_config(tiny_teacher, "bridge.places=[input,block_1]", "bridge.teacher_layers=[1]")
@@ -221,7 +221,7 @@ def test_bad_layer_choices_are_refused_before_any_work(tiny_teacher, tmp_path, m
                             ):
         cfg = tiny_config(tiny_teacher, "bridge.places=[input,block_1]", f"bridge.teacher_layers={layers}")
         with pytest.raises(ModformerError, match=message):
-            ModulesExperiment(cfg, tmp_path / "out", echo=lambda *_: None).prepare()
+            LLMModulesExperiment(cfg, tmp_path / "out", echo=lambda *_: None).prepare()
         assert not (tmp_path / "cache" / "teacher-states").exists()  # refused before the teacher read anything
     with pytest.raises(ModformerError, match="teacher.layer: teacher layer -4 does not exist"):
-        ModulesExperiment(tiny_config(tiny_teacher, "teacher.layer=-4"), tmp_path / "out", echo=lambda *_: None).prepare()
+        LLMModulesExperiment(tiny_config(tiny_teacher, "teacher.layer=-4"), tmp_path / "out", echo=lambda *_: None).prepare()

@@ -131,7 +131,7 @@ def test_stratos_rows_become_problems_held_out_whole_with_their_boxed_answers(tm
 def test_the_paper_setting_runs_offline_on_a_tiny_qwen2_and_gpt_neo(paper_setting, tmp_path, monkeypatch):
     """`modformer modules` on the paper's config: every arm trains and is reported; problems are
     held out whole; the bridge is causal across the two tokenizers; the teacher stays frozen."""
-    from modformer.papers.llm_modules.experiment import ModulesExperiment
+    from modformer.papers.llm_modules.experiment import LLMModulesExperiment
     from modformer.cli import main
 
     monkeypatch.setenv("MODFORMER_CACHE", str(tmp_path / "cache"))
@@ -158,7 +158,7 @@ def test_the_paper_setting_runs_offline_on_a_tiny_qwen2_and_gpt_neo(paper_settin
         assert f"| {arm} | 1 |" in report
 
     # The same folder prepared again (its config and split unchanged, the states cached).
-    exp = ModulesExperiment(cfg, out, echo=lambda *_: None)
+    exp = LLMModulesExperiment(cfg, out, echo=lambda *_: None)
     exp.prepare()
     assert isinstance(exp.pairing, TwoTokenizers) and exp.cfg.train.steps == saved["train"]["steps"]
     assert type(exp.teacher.model).__name__ == "Qwen2ForCausalLM"
@@ -186,12 +186,12 @@ def test_the_paper_setting_runs_offline_on_a_tiny_qwen2_and_gpt_neo(paper_settin
 
 
 def test_a_problem_limit_that_leaves_nothing_is_one_clear_error(paper_setting, tmp_path, monkeypatch):
-    from modformer.papers.llm_modules.experiment import ModulesExperiment
+    from modformer.papers.llm_modules.experiment import LLMModulesExperiment
 
     monkeypatch.setenv("MODFORMER_CACHE", str(tmp_path / "cache"))
     cfg = load_llm_modules_config(CONFIG, paper_overrides(paper_setting, "data.max_item_tokens=3"))
     with pytest.raises(ModformerError, match="data.max_item_tokens=3 leaves 0"):
-        ModulesExperiment(cfg, tmp_path / "out", echo=lambda *_: None).prepare()
+        LLMModulesExperiment(cfg, tmp_path / "out", echo=lambda *_: None).prepare()
     with pytest.raises(ConfigError, match="bpe:N student tokenizer"):
         load_llm_modules_config(CONFIG, paper_overrides(paper_setting, "student.model=modformer",
                                                         "student.tokenizer=bpe:300", "student.embeddings=random"))

@@ -41,10 +41,10 @@ def hf_student(tmp_path_factory):
 
 
 def prepared(cfg, tmp_path, monkeypatch):
-    from modformer.papers.llm_modules.experiment import ModulesExperiment
+    from modformer.papers.llm_modules.experiment import LLMModulesExperiment
 
     monkeypatch.setenv("MODFORMER_CACHE", str(tmp_path / "cache"))
-    experiment = ModulesExperiment(cfg, tmp_path / "out", echo=lambda *_: None)
+    experiment = LLMModulesExperiment(cfg, tmp_path / "out", echo=lambda *_: None)
     experiment.prepare()
     return experiment
 
@@ -102,12 +102,12 @@ def test_the_bridge_is_causal_and_the_leaky_one_is_not(tiny_teacher, tmp_path, m
 
 
 def test_own_tokenizer_experiment_runs_the_arms_it_allows(tiny_teacher, tmp_path, monkeypatch):
-    from modformer.papers.llm_modules.experiment import ModulesExperiment
+    from modformer.papers.llm_modules.experiment import LLMModulesExperiment
 
     monkeypatch.setenv("MODFORMER_CACHE", str(tmp_path / "cache"))
     cfg = tiny_config(tiny_teacher, *OWN)
     assert cfg.arms == ["alone", "teacher", "random_teacher", "leaky"]  # no distill across vocabularies
-    results = ModulesExperiment(cfg, tmp_path / "out", echo=lambda *_: None).run()
+    results = LLMModulesExperiment(cfg, tmp_path / "out", echo=lambda *_: None).run()
     assert [r["arm"] for r in results] == cfg.arms
     assert all(0 <= r["held_out_exact"] <= 1 and r["held_out_answers"] for r in results)
 
@@ -151,11 +151,11 @@ def test_hugging_face_student_fine_tunes_its_weights_and_scratch_starts_fresh(ti
 
 
 def test_hugging_face_student_experiment_runs_end_to_end(tiny_teacher, hf_student, tmp_path, monkeypatch):
-    from modformer.papers.llm_modules.experiment import ModulesExperiment
+    from modformer.papers.llm_modules.experiment import LLMModulesExperiment
 
     monkeypatch.setenv("MODFORMER_CACHE", str(tmp_path / "cache"))
     cfg = tiny_config(tiny_teacher, f"student.model={hf_student}", "arms=[scratch,teacher]")
-    results = ModulesExperiment(cfg, tmp_path / "out", echo=lambda *_: None).run()
+    results = LLMModulesExperiment(cfg, tmp_path / "out", echo=lambda *_: None).run()
     assert [r["arm"] for r in results] == ["scratch", "teacher"]
     assert all(len(r["held_out_answers"]) == len(results[0]["held_out_answers"]) > 0 for r in results)
 
@@ -178,7 +178,7 @@ def test_a_modformer_model_pretrained_here_is_exported_and_fine_tuned_as_a_stude
     """The offline fine-tuned baseline's path: a language model trained with `modformer train`,
     exported with `modformer convert --to ffn --hf` (its tokenizer copied), read by
     `modformer modules` as a pretrained Hugging Face student with its own tokenizer."""
-    from modformer.papers.llm_modules.experiment import ModulesExperiment
+    from modformer.papers.llm_modules.experiment import LLMModulesExperiment
     from modformer.papers.llm_modules.report import write_modules_report
     from modformer.cli import main
     from modformer.config import load_config
@@ -194,7 +194,7 @@ def test_a_modformer_model_pretrained_here_is_exported_and_fine_tuned_as_a_stude
     assert (tmp_path / "student" / "tokenizer.json").is_file()
 
     cfg = tiny_config(tiny_teacher, f"student.model={tmp_path / 'student'}", "arms=[alone,scratch]")
-    experiment = ModulesExperiment(cfg, tmp_path / "out", echo=lambda *_: None)
+    experiment = LLMModulesExperiment(cfg, tmp_path / "out", echo=lambda *_: None)
     experiment.prepare()
     lm_text = (tmp_path / "lm" / "tokenizer" / "tokenizer.json").read_text()
     assert experiment.pairing.student.to_str() == __import__("tokenizers").Tokenizer.from_str(lm_text).to_str()

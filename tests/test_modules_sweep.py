@@ -27,7 +27,7 @@ def test_the_arms_as_a_sweep_give_the_experiment_folders_results(tiny_teacher, t
     """Two arms as two worker processes: each run's summary equals the same arm and seed run
     by `modformer llm-modules` in one folder (but for the time taken), the report is the
     experiment's, `--status` names each run's outcome, and a second call trains nothing."""
-    from modformer.papers.llm_modules.experiment import ModulesExperiment
+    from modformer.papers.llm_modules.experiment import LLMModulesExperiment
 
     monkeypatch.setenv("MODFORMER_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "sweep"
@@ -35,7 +35,7 @@ def test_the_arms_as_a_sweep_give_the_experiment_folders_results(tiny_teacher, t
     records = {r["run_id"]: r for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
     assert set(records) == {"alone/default/seed0", "teacher/default/seed0"}
     assert all(r["status"] == "done" for r in records.values())
-    folder = ModulesExperiment(tiny_config(tiny_teacher, "arms=[alone,teacher]"), tmp_path / "folder",
+    folder = LLMModulesExperiment(tiny_config(tiny_teacher, "arms=[alone,teacher]"), tmp_path / "folder",
                                echo=lambda *_: None).run()
     for alone in folder:
         swept = records[f"{alone['arm']}/default/seed0"]["summary"]

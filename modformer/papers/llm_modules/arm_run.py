@@ -35,7 +35,7 @@ from ...train.optim import build_optimizer
 from ...variants import build_model
 from ...version import code_version, machine
 from .arms import ARMS, Arm
-from .dataset import Batch, ModulesData, Rows
+from .dataset import Batch, LLMModulesData, Rows
 from .generation import generate
 from ...interop.hf_student import load_hf_student
 from .config import LLMModulesConfig
@@ -58,7 +58,7 @@ class TeacherParts:
     std: torch.Tensor  # (L, d_t)   (the random arm's noise has these)
 
 
-def build_student(cfg: LLMModulesConfig, arm: Arm, seed: int, data: ModulesData, teacher: TeacherParts) -> nn.Module:
+def build_student(cfg: LLMModulesConfig, arm: Arm, seed: int, data: LLMModulesData, teacher: TeacherParts) -> nn.Module:
     """The arm's model: the student, wrapped with bridges when the arm reads anything."""
     sc = cfg.student
     longest = data.longest + cfg.train.max_new_tokens
@@ -91,7 +91,7 @@ def _student_of(model: nn.Module) -> nn.Module:
     return model.student if isinstance(model, BridgedStudent) else model
 
 
-def _modformer_student(cfg: LLMModulesConfig, seed: int, data: ModulesData, teacher: TeacherParts,
+def _modformer_student(cfg: LLMModulesConfig, seed: int, data: LLMModulesData, teacher: TeacherParts,
                        longest: int) -> nn.Module:
     sc = cfg.student
     d_model = teacher.width if sc.embeddings == "teacher" else sc.d_model
@@ -113,7 +113,7 @@ class ArmRun(TrainingLoop):
     mix task items and corpus texts, its loss is the arm's, its evaluation the held-out
     answers, its checkpoint one file that the experiment removes when the run is done."""
 
-    def __init__(self, cfg: LLMModulesConfig, arm: Arm, seed: int, data: ModulesData, teacher: TeacherParts, pairing):
+    def __init__(self, cfg: LLMModulesConfig, arm: Arm, seed: int, data: LLMModulesData, teacher: TeacherParts, pairing):
         super().__init__()
         self.cfg, self.arm, self.seed, self.data, self.teacher, self.pairing = cfg, arm, seed, data, teacher, pairing
         self.settings = cfg.train
@@ -312,7 +312,7 @@ def exact_match(answers: list[str], expected: list[str]) -> float:
     return sum(a == e for a, e in scored) / max(len(scored), 1)
 
 
-def run_arm(cfg: LLMModulesConfig, arm: Arm, seed: int, data: ModulesData, teacher: TeacherParts, pairing,
+def run_arm(cfg: LLMModulesConfig, arm: Arm, seed: int, data: LLMModulesData, teacher: TeacherParts, pairing,
             extract: Callable[[str], str], log: Callable[[dict[str, Any]], None], eval_items: int,
             checkpoint: Path | None = None) -> dict[str, Any]:
     """Train (continuing from `checkpoint` if it exists) and score one (arm, seed); returns its summary."""

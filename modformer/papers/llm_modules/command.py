@@ -14,7 +14,7 @@ from ...errors import ModformerError
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .experiment import ModulesExperiment  # transformers is imported only when an experiment runs
+    from .experiment import LLMModulesExperiment  # transformers is imported only when an experiment runs
     from .report import write_modules_report
 
     cfg = load_llm_modules_config(args.config, args.overrides)
@@ -22,10 +22,10 @@ def _run(args: argparse.Namespace) -> int:
     if args.one_run:
         if not args.out:
             raise ModformerError("--one-run trains in the folder --out names: give --out")
-        ModulesExperiment(cfg, out).run_one()
+        LLMModulesExperiment(cfg, out).run_one()
         print(f"run: {out}")
         return 0
-    ModulesExperiment(cfg, out).run()
+    LLMModulesExperiment(cfg, out).run()
     path = write_modules_report(out)
     print(f"\n{path.read_text()}\nexperiment: {out}\nreport: {path}")
     return 0

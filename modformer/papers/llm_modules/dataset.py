@@ -111,7 +111,7 @@ class Batch:
         return max(e.keys for e in self.texts)
 
 
-class ModulesData:
+class LLMModulesData:
     """The train, corpus and held-out rows, the student vocabulary and the teacher states."""
 
     def __init__(self, train: Rows, corpus: Rows | None, held: Rows, vocab: Vocabulary, loss_on: str):

@@ -49,7 +49,7 @@ from ...train.records import MetricsLog
 from .arm_run import TeacherParts, build_student, run_arm
 from .arms import ARMS
 from ...interop.teacher_cache import TeacherStateCache, fingerprint
-from .dataset import ModulesData, Vocabulary, encode_corpus, encode_items
+from .dataset import LLMModulesData, Vocabulary, encode_corpus, encode_items
 from ...data.facts import all_facts, known_facts
 from ...interop.hf_student import load_student_tokenizer
 from .config import LLMModulesConfig
@@ -74,7 +74,7 @@ def _comparable(cfg: LLMModulesConfig) -> dict[str, Any]:
     return out
 
 
-class ModulesExperiment:
+class LLMModulesExperiment:
     def __init__(self, cfg: LLMModulesConfig, out: Path, echo=print):
         self.cfg, self.out, self.echo = cfg, Path(out), echo
 
@@ -135,7 +135,7 @@ class ModulesExperiment:
             vocab = Vocabulary.subset(torch.cat(used))
         else:
             vocab = Vocabulary.whole(size)
-        self.data = ModulesData(train_rows, corpus, held_rows, vocab, cfg.data.loss_on)
+        self.data = LLMModulesData(train_rows, corpus, held_rows, vocab, cfg.data.loss_on)
         self.extract = {**EXTRACT, "stratos": boxed_answer}[cfg.data.task]
         self._resolve_epochs(len(train))
         cfg = self.cfg
