@@ -82,3 +82,24 @@ def test_one_layer_fits_past_the_current_token_floor(tmp_path):
     summary = train_run(cfg, tmp_path / "run", echo=lambda m: None)
     test = summary["test"]
     assert test["fit_error"] < 0.4 < test["current_token_floor"]
+
+
+def test_the_report_section_tables_and_draws_every_grid_point(tmp_path):
+    from modformer.papers.random_attention.theorem51 import FIGURE, fit_error_section
+
+    def record(variant, heads, d_ff, seed, error):
+        return {"variant": variant, "seed": seed, "point": {"model.n_heads": heads, "model.d_ff": d_ff},
+                "summary": {"task": "causal_regression", "test": {"fit_error": error, "current_token_floor": 0.5}}}
+
+    groups = {}
+    for variant, base in (("standard", 0.2), ("frozen_qk", 0.4)):
+        for heads in (2, 8):
+            for d_ff in (16, 64):
+                groups[(variant, f"model.n_heads={heads}, model.d_ff={d_ff}")] = [
+                    record(variant, heads, d_ff, seed, base + 0.01 * seed) for seed in range(3)]
+    lines = fit_error_section(tmp_path, ["standard", "frozen_qk"], groups, {})
+    rows = [line for line in lines if line.startswith("| 16 |") or line.startswith("| 64 |")]
+    assert len(rows) == 4 and all(row.count("0.210 ±") == 1 and row.count("0.410 ±") == 1 for row in rows)
+    assert (tmp_path / FIGURE).stat().st_size > 0
+    other = {k: [{**r, "summary": {**r["summary"], "task": "condattend"}} for r in v] for k, v in groups.items()}
+    assert fit_error_section(tmp_path, ["standard"], other, {}) == []  # another task's sweep: nothing
