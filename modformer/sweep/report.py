@@ -82,6 +82,14 @@ def _cell(values: list[float], metric: str = "accuracy") -> str:
     return summarize(values).format(bounds=metric_bounds(metric))
 
 
+def _test_accuracy(summaries: list[dict]) -> str:
+    """The runs' test accuracy cell; n/a for a task that has none (a regression: its own
+    metrics are in the table of other test metrics)."""
+    if any("accuracy" not in x["test"] for x in summaries):
+        return "n/a"
+    return _cell([x["test"]["accuracy"] for x in summaries])
+
+
 def _mfu(summaries: list[dict]) -> str:
     """The range of the runs' model FLOPs utilisation (modformer.train.mfu); 'n/a' for runs
     recorded before summaries held it."""
@@ -158,7 +166,7 @@ def write_report(sweep_dir: str | Path) -> Path:
         runs = groups[(v, chosen[v])]
         s = [r["summary"] for r in runs]
         lines.append(f"| {v} | `{chosen[v]}` | {len(runs)} | {_cell([x['validation'][metric] for x in s], metric)} | "
-                     f"{_cell([x['test']['accuracy'] for x in s])} | {_cell([x['test']['loss'] for x in s], 'loss')} | "
+                     f"{_test_accuracy(s)} | {_cell([x['test']['loss'] for x in s], 'loss')} | "
                      f"{s[0]['parameters']['trainable']:,} | {summarize([x['tokens_per_s'] for x in s]).mean:,.0f} | "
                      f"{_mfu(s)} |")
     lines += ["", "tokens/s: the mean over seeds; MFU: the range over seeds of the model's own training FLOPs per "
@@ -218,7 +226,7 @@ def write_report(sweep_dir: str | Path) -> Path:
               "|---|---|---|---|---|---|---|"]
     for (v, point), runs in grid_order(groups, listed, sw["grid"]):
         lines.append(f"| {v} | `{point}` | {len(runs)} | {_cell([r['summary']['validation'][metric] for r in runs], metric)} | "
-                     f"{_cell([r['summary']['test']['accuracy'] for r in runs])} | "
+                     f"{_test_accuracy([r['summary'] for r in runs])} | "
                      f"{runs[0]['summary']['parameters']['trainable']:,} | {'yes' if chosen.get(v) == point else ''} |")
     lines.append("")
 
@@ -332,7 +340,7 @@ def _plot_over_steps(sweep_dir: Path, path: Path, variants: list[str], groups, c
 
 def _plot_curves(sweep_dir: Path, path: Path, variants: list[str], groups, chosen) -> bool:
     def accuracy(e):
-        return e["accuracy"] if e.get("kind") == "eval" and e.get("split") == "validation" else None
+        return e.get("accuracy") if e.get("kind") == "eval" and e.get("split") == "validation" else None
 
     return _plot_over_steps(sweep_dir, path, variants, groups, chosen, accuracy, "validation accuracy")
 

@@ -18,7 +18,9 @@ def plot_training_curves(metrics_path: Path, png_path: Path, title: str = "") ->
         ax_loss.plot([r["step"] for r in train], [r["loss"] for r in train], label="train")
     if evals:
         ax_loss.plot([r["step"] for r in evals], [r["loss"] for r in evals], "o-", label="validation")
-        ax_acc.plot([r["step"] for r in evals], [r["accuracy"] for r in evals], "o-", label="validation")
+        scored = [r for r in evals if "accuracy" in r]  # a task without accuracy (a regression) leaves it empty
+        if scored:
+            ax_acc.plot([r["step"] for r in scored], [r["accuracy"] for r in scored], "o-", label="validation")
     ax_loss.set(xlabel="step", ylabel="cross-entropy", yscale="log", title="loss")
     ax_acc.set(xlabel="step", ylabel="accuracy", ylim=(0, 1.02), title="validation accuracy")
     for ax in (ax_loss, ax_acc):

@@ -307,7 +307,9 @@ class Trainer(TrainingLoop):
         return self.world.any(self.interrupts.requested)
 
     def progress_postfix(self) -> dict[str, str]:
-        return {} if self.last_eval is None else {"acc": f"{self.last_eval['accuracy']:.3f}"}
+        # A task without accuracy (a regression) shows its loss only.
+        return {} if self.last_eval is None or "accuracy" not in self.last_eval else {
+            "acc": f"{self.last_eval['accuracy']:.3f}"}
 
     def run(self) -> dict[str, Any]:
         """Train to `train.steps` (from the latest checkpoint with resume); return the summary."""

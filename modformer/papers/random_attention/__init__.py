@@ -1,9 +1,10 @@
 """The random-attention paper (arXiv 2506.01115): its reference construction, the budgets of
-its reference scripts, the report sections that state a run's fraction of them, and the
-reading of trained retrieval circuits (`modformer random-attention-circuits`)."""
+its reference scripts, the report sections that state a run's fraction of them, the task and
+report section of its Theorem 5.1 check (causal_regression, theorem51), and the reading of
+trained retrieval circuits (`modformer random-attention-circuits`)."""
 
 from ...commands import Command, register
-from . import construction, report  # noqa: F401  (importing registers them)
+from . import causal_regression, construction, report, theorem51  # noqa: F401  (importing registers them)
 
 
 def _circuits(p) -> None:
