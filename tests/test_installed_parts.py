@@ -80,6 +80,7 @@ def test_list_shows_installed_parts_and_marks_a_broken_one(installed, tmp_path):
     assert "model.mixer=badoptions BROKEN [entry point]: its Options must be a dataclass" in options.stdout
 
 
+@pytest.mark.slow
 def test_a_sweeps_runs_import_parts_as_the_command_does(installed, tmp_path):
     """An edited copy of the package in the current folder, the installed one on the path:
     `modformer train` imports the installed one (the current folder is searched last), and so
