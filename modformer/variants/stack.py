@@ -4,7 +4,8 @@ layer builds: its variant, mixer, feed-forward module, their options, and what i
 The rules, per layer (a key the layer leaves empty takes the model's):
 - variant: the layer's, else model.variant. A layer's own variant must be built by the decoder
   builder (it may change the mixer and freeze inside a block, nothing else) and freeze only
-  inside blocks (`blocks.*...` patterns), which then apply to this layer alone;
+  inside blocks (`blocks.*...` patterns), which then apply to this layer alone; a model whose
+  variant builds its own feed-forward modules (knowledge) takes no layer variant;
 - mixer: the variant's own (MixiT: mixing; Frozen-QK: attention; another given is an error),
   else the layer's, else model.mixer, except that a layer naming a variant that takes any
   mixer in a model whose variant fixes one (a standard layer in MixiT) gets attention;

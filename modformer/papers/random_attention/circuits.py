@@ -1,6 +1,6 @@
 """How a trained model solves retrieval, read and written through hook points: whether
-Frozen-QK solves it with the head pattern Standard uses (the reviewer's question, issue
-"The reviewers' open questions" 3).
+Frozen-QK, where it solves retrieval, uses the head pattern Standard uses (a reviewer's
+question about the paper's Frozen-QK results).
 
 On held-out retrieval examples with at least two stored pairs (`condattend`: pairs
 `k v k v ...`, then the query token of one key; the answer is that key's value), per run:
