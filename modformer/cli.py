@@ -258,6 +258,8 @@ def cmd_list(args: argparse.Namespace) -> int:
                 print(f"  {name}: " + "; ".join(f"{k} ({t}, default {d}): {h}"
                                                 for k, t, d, h in describe(part.Options, options)))
     print("tasks (task.name): " + ", ".join(f"{n}{_origin(TASKS, n)}" for n in _names(TASKS)))
+    if TASKS.aliases():
+        print("  former names, still read: " + ", ".join(f"{old} (now {new})" for old, new in TASKS.aliases().items()))
     print("parts of your own: name them by import path, package.module:Class (examples/README.md); every part's "
           "options: modformer list --options; a config's parts: modformer train --help CONFIG")
     print("text sources (task.source of lm and sentiment):")

@@ -111,6 +111,9 @@ def config_from_dict(data: dict[str, Any] | None, *, saved: bool = False) -> Run
     if not isinstance(data, dict):
         raise ConfigError(f"a config must be a mapping with sections model, task, train; got {type(data).__name__}")
     _variant_mixer(data, saved)
+    task_data = data.get("task") or {}
+    if isinstance(task_data, dict) and "name" in task_data:  # a former name is recorded as today's
+        task_data["name"] = TASKS.canonical(task_data["name"])
     apply_construction(data, saved)
     task_data = data.pop("task", None) or {}
     if not isinstance(task_data, dict):

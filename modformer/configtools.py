@@ -56,7 +56,7 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"config file {path} is not valid YAML{where}") from None
     if data is None or data == {}:
         raise ConfigError(f"config file {path} is empty (no keys); give at least the sections it changes, "
-                          f"e.g. 'task: {{name: condattend}}'")
+                          f"e.g. 'task: {{name: retrieval}}'")
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a mapping with sections model, task, train")
     return data

@@ -71,6 +71,7 @@ class Registry(Generic[T]):
         self.group = group  # the entry-point group of other packages' parts ("modformer.variants")
         self._adapt = adapt or (lambda item: item)  # checks (and may wrap) a part found by path or entry point
         self._items: dict[str, T] = {}
+        self._aliases: dict[str, str] = {}  # an old name -> the name it is registered under now
 
     def register(self, name: str) -> Callable[[T], T]:
         def add(item: T) -> T:
@@ -80,6 +81,21 @@ class Registry(Generic[T]):
             return item
 
         return add
+
+    def alias(self, old: str, new: str) -> None:
+        """Let `old`, a former name, find what is registered as `new` (configs and records
+        written before a rename keep working; `canonical` gives the name to record)."""
+        if old in self._items or old in self._aliases:
+            raise ValueError(f"{self.kind} '{old}' is registered twice")
+        self._aliases[old] = new
+
+    def canonical(self, name: object) -> object:
+        """The name a part is registered under now: `name` itself unless it is a former name."""
+        return self._aliases.get(name, name) if isinstance(name, str) else name
+
+    def aliases(self) -> dict[str, str]:
+        """Former names -> the names they find now."""
+        return dict(self._aliases)
 
     def _entry_point(self, name: str):
         found = [ep for ep in entry_points(group=self.group) if ep.name == name]
@@ -92,6 +108,7 @@ class Registry(Generic[T]):
                               f"does not load: {e.__class__.__name__}: {e}") from None
 
     def __getitem__(self, name: str) -> T:
+        name = self.canonical(name)
         if name in self._items:
             return self._items[name]
         if not isinstance(name, str):
@@ -117,7 +134,7 @@ class Registry(Generic[T]):
             return False
 
     def __contains__(self, name: str) -> bool:
-        return name in self._items
+        return self.canonical(name) in self._items
 
     def __iter__(self) -> Iterator[str]:
         return iter(sorted(self._items))

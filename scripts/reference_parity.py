@@ -42,7 +42,7 @@ VARIANTS = ("standard", "frozen_qk", "frozen_mlp", "random_transformer", "mixit"
 D, LAYERS, HEADS, VOCAB, T = 64, 2, 4, 512, 16
 DEPTH_MODEL = ("depth.py", "hdmemorize_exp.py")  # hdmemorize_exp.py's get_model_config is depth.py's, tau0 1
 TASKS = {
-    "depth.py": {"name": "condattend", "n_pairs": 4},  # length 2 * 4 + 3 = 11 < T: max_seq_len set below
+    "depth.py": {"name": "retrieval", "n_pairs": 4},  # length 2 * 4 + 3 = 11 < T: max_seq_len set below
     "hdmemorize_exp.py": {"name": "memorization", "n": 96},
     "trainer.py": {"name": "lm", "source": "movie_reviews", "tokenizer_vocab": VOCAB, "seq_len": T},
     "trainer_classifier.py": {"name": "sentiment", "source": "imdb", "tokenizer_vocab": VOCAB - 2, "seq_len": T},

@@ -2,7 +2,7 @@
 
     python scripts/step_profile.py --variant frozen_qk [--compile] [--ab-loss]
 
-The main job's model (reference construction, width 64, 2 layers, 4 heads; condattend_4:
+The main job's model (reference construction, width 64, 2 layers, 4 heads; retrieval_4:
 batch 256 x 10 tokens) at one thread: milliseconds per step, tokens/s, and the share of
 the step's self CPU time (torch.profiler, 20 steps) by kind of work: matrix multiplies,
 attention (SDPA), the loss's log-softmax, the optimizer, the rest (element-wise work,
@@ -42,7 +42,7 @@ def every_row(logits: torch.Tensor, batch, reduction: str = "mean") -> torch.Ten
 def trainer(variant: str, compiled: bool) -> Trainer:
     cfg = config({"model": {"construction": "reference", "d_model": 64, "n_layers": 2, "n_heads": 4,
                             "variant": variant},
-                  "task": {"name": "condattend", "n_pairs": 4, "test_size": 200, "validation_size": 100},
+                  "task": {"name": "retrieval", "n_pairs": 4, "test_size": 200, "validation_size": 100},
                   "train": {"steps": 10_000, "batch_size": 256, "warmup_steps": 20, "lr": 3e-3, "threads": 1,
                             "compile": compiled, "progress": False}})
     t = Trainer(cfg, tempfile.mkdtemp() + "/run")

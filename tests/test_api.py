@@ -49,7 +49,7 @@ def test_a_sweep_started_from_python_records_the_command_that_runs_it(tmp_path, 
     config = tmp_path / "my sweep.yaml"
     config.write_text(yaml.safe_dump({
         "model": {"d_model": 16, "n_layers": 1, "n_heads": 2},
-        "task": {"name": "condattend", "n_pairs": 2, "test_size": 50, "validation_size": 20},
+        "task": {"name": "retrieval", "n_pairs": 2, "test_size": 50, "validation_size": 20},
         "train": {"steps": 2, "batch_size": 8, "eval_every": 2, "eval_batch_size": 50, "progress": False},
         "sweep": {"variants": ["standard"], "seeds": [0, 1]}}))  # one run of it, of seconds
     out = tmp_path / "out dir"

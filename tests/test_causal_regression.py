@@ -101,5 +101,5 @@ def test_the_report_section_tables_and_draws_every_grid_point(tmp_path):
     rows = [line for line in lines if line.startswith("| 16 |") or line.startswith("| 64 |")]
     assert len(rows) == 4 and all(row.count("0.210 ±") == 1 and row.count("0.410 ±") == 1 for row in rows)
     assert (tmp_path / FIGURE).stat().st_size > 0
-    other = {k: [{**r, "summary": {**r["summary"], "task": "condattend"}} for r in v] for k, v in groups.items()}
+    other = {k: [{**r, "summary": {**r["summary"], "task": "retrieval"}} for r in v] for k, v in groups.items()}
     assert fit_error_section(tmp_path, ["standard"], other, {}) == []  # another task's sweep: nothing

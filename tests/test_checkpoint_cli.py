@@ -141,4 +141,4 @@ def test_help_is_generated_from_the_config_fields():
     for text in ("train.steps", "optimizer steps", "model.freeze", "task.n_pairs", "--resume"):
         assert text in result.stdout
     listing = modformer("list")
-    assert "standard" in listing.stdout and "condattend" in listing.stdout
+    assert "standard" in listing.stdout and "retrieval" in listing.stdout

@@ -17,7 +17,7 @@ from modformer.variants.base import build_model
 
 def test_the_corrupted_input_queries_another_stored_pair():
     cfg = load_config("configs/retrieval.yaml", ["task.test_size=300"])
-    task = TASKS["condattend"](cfg.task)
+    task = TASKS["retrieval"](cfg.task)
     ex = retrieval_examples(task, 200)
     rows = torch.arange(len(ex["query"]))
     differs = ex["inputs"] != ex["corrupted"]
@@ -33,7 +33,7 @@ def test_the_corrupted_input_queries_another_stored_pair():
 
 def test_the_readings_of_an_untrained_model_are_well_formed():
     cfg = load_config("configs/retrieval.yaml", ["model.d_model=16", "task.test_size=200"])
-    task = TASKS["condattend"](cfg.task)
+    task = TASKS["retrieval"](cfg.task)
     r = retrieval_circuit(build_model(cfg.model, 0), task, count=100)
     assert r["examples"] == 100 and len(r["mass"]) == 2 and len(r["mass"][0]) == 4
     assert all(abs(sum(head) - 1) < 1e-5 for layer in r["mass"] for head in layer)

@@ -67,4 +67,4 @@ def test_every_part_file_is_registered_by_importing_modformer():
     # and each registry lists what those files register
     from modformer.registry import FFNS, MIXERS, TASKS, VARIANTS
     assert {"attention", "mixing"} <= set(MIXERS) and {"swiglu", "shaped_leaky_glu"} <= set(FFNS)
-    assert {"standard", "frozen_qk", "mixit"} <= set(VARIANTS) and {"condattend", "repeat"} <= set(TASKS)
+    assert {"standard", "frozen_qk", "mixit"} <= set(VARIANTS) and {"retrieval", "repeat"} <= set(TASKS)

@@ -279,7 +279,7 @@ def test_a_variant_with_a_users_mixer_is_named_by_it_and_its_folder_is_safe(tmp_
     monkeypatch.setenv("PYTHONPATH", f"{Path(__file__).parent}:{os.environ.get('PYTHONPATH', '')}")  # the workers
     assert cli("train", "configs/retrieval.yaml", "--out", str(tmp_path / "run"), *TINY,
                f"model.mixer={HERE}:ScaledMean") == 0
-    assert capsys.readouterr().out.startswith(f"standard (mixer {HERE}:ScaledMean) on condattend")
+    assert capsys.readouterr().out.startswith(f"standard (mixer {HERE}:ScaledMean) on retrieval")
     out = tmp_path / "sweep"
     assert cli("sweep", "configs/retrieval.yaml", "--out", str(out), *TINY, f"model.mixer={HERE}:ScaledMean",
                f"sweep.variants=['{HERE}:ANY_MIXER']", "sweep.seeds=[0]") == 0

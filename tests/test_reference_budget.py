@@ -15,7 +15,7 @@ def test_retrievals_budget_is_what_depth_py_trains():
     max_steps, train_size = 500, 200_000
     for batch in (1000, 128):
         sequences = (max_steps * train_size // batch) * batch
-        assert abs(REFERENCE_BUDGETS["condattend"].amount - sequences) < batch
+        assert abs(REFERENCE_BUDGETS["retrieval"].amount - sequences) < batch
     b = budget(reference("mixit", ("train.batch_size", 256), ("train.steps", 50_000)).to_dict())
     assert b["fraction"] == pytest.approx(50_000 * 256 / (max_steps * train_size))  # 12.8%, not 100%
     assert (b["script"], b["unit"]) == ("depth.py", "sequences")

@@ -41,7 +41,7 @@ def reference(variant="mixit", *overrides, trainer="depth.py", **model):
     return config_from_dict(data)
 
 
-TASKS = {"depth.py": {"name": "condattend", "n_pairs": 4},
+TASKS = {"depth.py": {"name": "retrieval", "n_pairs": 4},
          "hdmemorize_exp.py": {"name": "memorization", "n": 16},
          "trainer.py": {"name": "lm", "source": "movie_reviews", "tokenizer_vocab": 512, "seq_len": 32},
          "trainer_classifier.py": {"name": "sentiment", "source": "imdb", "tokenizer_vocab": 512, "seq_len": 32}}
@@ -110,7 +110,7 @@ def test_mixing_is_drawn_for_the_references_whole_sample():
     top-left block of one drawn a position longer. Not for tasks the reference lacks."""
     cfg = reference("mixit")
     T = cfg.model.max_seq_len
-    assert T == 2 * 4 + 3 - 1 and cfg.model.mixing.extra_positions == 1  # condattend_4: a sample of 11
+    assert T == 2 * 4 + 3 - 1 and cfg.model.mixing.extra_positions == 1  # retrieval_4: a sample of 11
     from modformer.model.mixing import MixingMixer
     mixers = []
     for length, extra in ((T, 1), (T + 1, 0)):
@@ -279,7 +279,7 @@ def test_explicit_keys_win_and_the_label_names_them():
 
 
 def test_corrected_is_the_default_and_changes_nothing():
-    data = {"model": {"variant": "mixit", "d_model": D}, "task": {"name": "condattend", "n_pairs": 4}}
+    data = {"model": {"variant": "mixit", "d_model": D}, "task": {"name": "retrieval", "n_pairs": 4}}
     cfg = config_from_dict(data)
     assert construction_label(cfg.to_dict()) == "corrected"
     assert (cfg.model.learned_positions, cfg.model.mixing.sink_head, cfg.model.skip_scale, cfg.model.ffn,
@@ -288,7 +288,7 @@ def test_corrected_is_the_default_and_changes_nothing():
 
 def test_an_unknown_construction_is_refused():
     with pytest.raises(ConfigError, match="model.construction"):
-        config_from_dict({"model": {"construction": "paper"}, "task": {"name": "condattend", "n_pairs": 4}})
+        config_from_dict({"model": {"construction": "paper"}, "task": {"name": "retrieval", "n_pairs": 4}})
 
 
 def test_budget_plot_draws_every_grid_point_and_only_for_budget_or_width_grids(tmp_path):
@@ -435,18 +435,18 @@ def test_the_initialisation_readings_are_named_and_chosen():
     assert abs(weights.std().item() - 1 / math.sqrt(D)) < 0.01
     # A corrected config never read the older keys: they are dropped, not refused.
     cfg = config_from_dict({"model": {"reference_transformers": "v4.50", "reference_init": "released"},
-                            "task": {"name": "condattend", "n_pairs": 4}})
+                            "task": {"name": "retrieval", "n_pairs": 4}})
     assert cfg.model.construction_options == {}
 
 
 def test_a_frozen_pad_row_needs_a_pad_token():
-    with pytest.raises(ConfigError, match="pad_embedding_frozen needs a pad token: task condattend"):
-        config_from_dict({"model": {"pad_embedding_frozen": True}, "task": {"name": "condattend", "n_pairs": 4}})
+    with pytest.raises(ConfigError, match="pad_embedding_frozen needs a pad token: task retrieval"):
+        config_from_dict({"model": {"pad_embedding_frozen": True}, "task": {"name": "retrieval", "n_pairs": 4}})
     cfg = config_from_dict({"model": {"pad_embedding_frozen": True, "pad_id": 0},
-                            "task": {"name": "condattend", "n_pairs": 4}})
+                            "task": {"name": "retrieval", "n_pairs": 4}})
     assert build_model(cfg.model, seed=0).embed.padding_idx == 0
     with pytest.raises(ConfigError, match="model.pad_id=600 is not a token"):
-        config_from_dict({"model": {"pad_id": 600, "vocab_size": 512}, "task": {"name": "condattend", "n_pairs": 4}})
+        config_from_dict({"model": {"pad_id": 600, "vocab_size": 512}, "task": {"name": "retrieval", "n_pairs": 4}})
 
 
 @pytest.mark.parametrize("trainer", ["depth.py", "trainer.py"])
@@ -472,7 +472,7 @@ def test_the_hf_warm_up_truncates_a_fractional_four_percent():
 
 def test_a_retrieval_config_with_no_train_keys_trains_as_depth_py():
     """No train section at all: depth.py's optimizer, the task file's warm-up and batch."""
-    train = config_from_dict({"model": {"construction": "reference"}, "task": {"name": "condattend"}}).train
+    train = config_from_dict({"model": {"construction": "reference"}, "task": {"name": "retrieval"}}).train
     assert (train.lr, train.warmup_steps, train.batch_size, train.weight_decay, train.schedule, train.min_lr_ratio,
             train.betas, train.grad_clip) == (1e-2, 500, 1000, 1e-3, "cosine", 0.0, (0.9, 0.999), 1.0)
 

@@ -48,7 +48,7 @@ def test_attention_refuses_a_repeated_sequence_longer_than_the_model(trained, ca
 
 def test_bench_data_on_a_generated_task_is_one_line(capsys, tmp_path):
     line = one_line_error(capsys, "bench", "data", "configs/retrieval.yaml", "--out", str(tmp_path / "b"))
-    assert "bench data times a text task's loader" in line and "'condattend'" in line
+    assert "bench data times a text task's loader" in line and "'retrieval'" in line
     assert not (tmp_path / "b").exists()  # an axis given without values: tests/test_bench.py
 
 

@@ -22,7 +22,7 @@ from modformer.sweep.status import run_statuses
 
 SWEEP = {
     "model": {"d_model": 32, "n_layers": 1, "n_heads": 2},
-    "task": {"name": "condattend", "n_pairs": 3, "test_size": 100, "validation_size": 50},
+    "task": {"name": "retrieval", "n_pairs": 3, "test_size": 100, "validation_size": 50},
     "train": {"steps": 20, "batch_size": 8, "threads": 1},
     "sweep": {"variants": ["standard", "frozen_qk"], "seeds": [0, 1], "launcher": "slurm",
               "slurm": {"poll_seconds": 0.01, "lost_after_s": 5, "time": "0:10:00"}},

@@ -4,6 +4,7 @@ import pytest
 import yaml
 
 from modformer.cli import main
+from modformer.config import config_from_dict
 from modformer.errors import ConfigError, ModformerError
 from modformer.sweep.report import write_report
 from modformer.sweep.runner import SweepRunner, read_results
@@ -12,7 +13,7 @@ from modformer.stats import summarize
 
 SWEEP = {
     "model": {"d_model": 32, "n_layers": 1, "n_heads": 2},
-    "task": {"name": "condattend", "n_pairs": 3, "test_size": 100, "validation_size": 50},
+    "task": {"name": "retrieval", "n_pairs": 3, "test_size": 100, "validation_size": 50},
     "train": {"steps": 6, "batch_size": 8, "eval_every": 3, "checkpoint_every": 3, "eval_batch_size": 100,
               "induction_scores": True},
     "sweep": {"variants": ["standard", "frozen_qk"], "grid": {"train.lr": [0.001, 0.01]}, "seeds": [0, 1],
@@ -306,7 +307,7 @@ def finished_sweep(out, variants, seeds, runs, grid=None):
     out.mkdir()
     grid = grid or {"train.lr": sorted({lr for _, lr, _, _, _ in runs})}
     (out / "sweep.yaml").write_text(yaml.safe_dump({
-        "task": {"name": "condattend"}, "sweep": {"variants": variants, "grid": grid, "seeds": seeds,
+        "task": {"name": "retrieval"}, "sweep": {"variants": variants, "grid": grid, "seeds": seeds,
                                                    "metric": "accuracy", "mode": "max"}}))
     lines = []
     for variant, lr, seed, validation, test in runs:
@@ -425,7 +426,7 @@ def test_a_sweep_saved_before_sweep_experiment_existed_resumes(tmp_path):
 
     path = tmp_path / "s.yaml"
     path.write_text(_yaml.safe_dump({"model": {"d_model": 32, "n_layers": 1, "n_heads": 2},
-                                     "task": {"name": "condattend", "n_pairs": 3},
+                                     "task": {"name": "retrieval", "n_pairs": 3},
                                      "sweep": {"variants": ["standard"], "seeds": [0]}}))
     out = tmp_path / "out"
     SweepRunner(load_sweep(path), out, echo=lambda m: None)._check_same_sweep()
@@ -433,3 +434,19 @@ def test_a_sweep_saved_before_sweep_experiment_existed_resumes(tmp_path):
     del saved["sweep"]["experiment"]  # as an older modformer wrote it
     (out / "sweep.yaml").write_text(_yaml.safe_dump(saved))
     SweepRunner(load_sweep(path), out, echo=lambda m: None)._check_same_sweep()  # no "different sweep"
+
+
+def test_a_sweep_saved_under_the_retrieval_tasks_former_name_is_the_same_sweep(tmp_path):
+    """`condattend` was the retrieval task's name: a sweep folder saved with it continues under
+    `retrieval`, and a config naming it reads as today's name."""
+    out = tmp_path / "s"
+    out.mkdir()
+    runner = SweepRunner(load_sweep(write(tmp_path, SWEEP)), out)
+    data = runner.sweep.to_dict()
+    old = {**data, "task": {**data["task"], "name": "condattend"}}
+    (out / "sweep.yaml").write_text(yaml.safe_dump(old))
+    runner._check_same_sweep()  # not "holds a different sweep"
+    assert config_from_dict({k: v for k, v in old.items() if k != "sweep"}).task.name == "retrieval"
+    (out / "sweep.yaml").write_text(yaml.safe_dump({**data, "task": {**data["task"], "name": "addition"}}))
+    with pytest.raises(ModformerError, match="holds a different sweep"):
+        runner._check_same_sweep()

@@ -29,7 +29,7 @@ from slurm_cluster import slurm_command, wait_until
 # every node and locally, so results are bit-identical.
 SWEEP = {
     "model": {"d_model": 32, "n_layers": 1, "n_heads": 2},
-    "task": {"name": "condattend", "n_pairs": 3, "test_size": 100, "validation_size": 50},
+    "task": {"name": "retrieval", "n_pairs": 3, "test_size": 100, "validation_size": 50},
     "train": {"steps": 300, "batch_size": 8, "eval_every": 150, "log_every": 50, "checkpoint_every": 25,
               "eval_batch_size": 100, "threads": 1},
     "sweep": {"variants": ["standard", "frozen_qk"], "seeds": [0, 1], "workers": 2,

@@ -116,7 +116,7 @@ def test_unknown_or_missing_trackers_are_one_clear_error(tmp_path, tiny_config, 
         tiny_config("train.log_to=[tensorbored]")
     monkeypatch.setitem(tracking.TRACKERS, "mlflow", ("modformer.train.tracking.mlflow_log", "no_such_package_x"))
     config = tmp_path / "c.yaml"
-    config.write_text("task: {name: condattend}\n")
+    config.write_text("task: {name: retrieval}\n")
     assert main(["train", str(config), "train.log_to=[mlflow]", "train.steps=2", "--out", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "pip install 'modformer[track]'" in err[0]
@@ -148,7 +148,7 @@ def test_a_sweep_groups_its_runs_in_the_trackers(tmp_path):
     from modformer.sweep.spec import load_sweep
 
     path = tmp_path / "sweep.yaml"
-    path.write_text(yaml.safe_dump({"task": {"name": "condattend"}, "train": {"log_to": ["tensorboard"]},
+    path.write_text(yaml.safe_dump({"task": {"name": "retrieval"}, "train": {"log_to": ["tensorboard"]},
                                     "sweep": {"variants": ["standard"], "seeds": [0]}}))
     runner = SweepRunner(load_sweep(path), tmp_path / "ra", echo=lambda m: None)
     run = runner.sweep.runs()[0]

@@ -42,9 +42,9 @@ def assert_same_run(a, b):
 @pytest.mark.parametrize("variant", [["model.variant=standard"],
                                      ["model.variant=knowledge", "model.knowledge.activation=swiglu"]])
 def test_tiny_training_reaches_95_percent(tiny_config, tmp_path, variant):
-    """condattend_2 with a width-64 model: >= 95% held-out accuracy in 150 steps of 128, for
+    """retrieval_2 with a width-64 model: >= 95% held-out accuracy in 150 steps of 128, for
     the standard model and for the knowledge variant with gated reads (measured: 100% for
-    both, seeds 0 and 1; 86% and 98% at 80 steps, so 150 leaves a margin). condattend_4 at
+    both, seeds 0 and 1; 86% and 98% at 80 steps, so 150 leaves a margin). retrieval_4 at
     width 128 needs 150 steps of 256, 5x the time, for the same check."""
     cfg = tiny_config("task.n_pairs=2", "train.steps=150", "train.batch_size=128", "train.warmup_steps=15",
                       "train.eval_every=50", "train.checkpoint_every=0", "task.test_size=1000", *variant)
@@ -251,14 +251,14 @@ def test_a_bad_init_from_leaves_no_run_behind(tiny_config, tmp_path, init_from):
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("task", ["condattend", "lm_like"])
+@pytest.mark.parametrize("task", ["retrieval", "lm_like"])
 def test_the_loss_over_scored_rows_has_ignore_index_s_gradient_bit_for_bit(task):
     """Task.loss normalises only the scored rows: the same loss (to float32's last bits) and
     the same gradient, bit for bit, as cross-entropy with ignore_index over every row, so
     trainings are unchanged by it; with every position scored it is that call itself."""
     gen = torch.Generator().manual_seed(0)
     targets = torch.randint(0, 50, (64, 10), generator=gen)
-    if task == "condattend":  # one scored position per sequence, as retrieval scores
+    if task == "retrieval":  # one scored position per sequence, as retrieval scores
         targets[:, :-1] = IGNORE
     batch = SimpleNamespace(targets=targets)
     logits = torch.randn(64, 10, 50, generator=gen, requires_grad=True)

@@ -31,6 +31,7 @@ import yaml
 from ..configtools import get_dotted, set_dotted
 from ..errors import Interrupted, ModformerError
 from ..files import atomic_write_text, durable_append, reserve
+from ..registry import TASKS
 from ..train.records import read_records
 from .kinds import python_command, run_kind
 from .spec import RunSpec, Sweep
@@ -57,6 +58,15 @@ def extends(old: dict[str, Any], new: dict[str, Any]) -> bool:
             and list(o_grid) == list(n_grid) and all(within(o_grid[k], n_grid[k]) for k in o_grid)
             and within(o.get("variants") or [], n.get("variants") or [])
             and within(o.get("seeds") or [], n.get("seeds") or []))
+
+
+def _today_names(data: dict[str, Any]) -> dict[str, Any]:
+    """A sweep's plain data with a former task name as today's (a sweep saved before a rename
+    is the same sweep as one that names the task anew)."""
+    task = data.get("task")
+    if isinstance(task, dict) and "name" in task:
+        return {**data, "task": {**task, "name": TASKS.canonical(task["name"])}}
+    return data
 
 
 def read_results(sweep_dir: Path) -> dict[str, dict[str, Any]]:
@@ -99,8 +109,8 @@ class SweepRunner:
             old = yaml.safe_load(saved.read_text()) or {}
             if isinstance(old.get("sweep"), dict):  # saved before sweep.experiment existed: a train sweep
                 old["sweep"].setdefault("experiment", "train")
-            strip = lambda d: {**d, "sweep": {k: v for k, v in d.get("sweep", {}).items()  # noqa: E731
-                                              if k not in IGNORED_WHEN_RESUMING}}
+            strip = lambda d: {**_today_names(d), "sweep": {k: v for k, v in d.get("sweep", {}).items()  # noqa: E731
+                                                             if k not in IGNORED_WHEN_RESUMING}}
             if not extends(strip(old), strip(mine)):  # the same sweep extends itself
                 raise ModformerError(f"{self.out} holds a different sweep (compare {saved}); use another "
                                      f"--out, or the same sweep file and overrides (more variants, seeds "

@@ -17,7 +17,7 @@ IGNORE = -100  # target value at positions that carry no loss
 
 @dataclass
 class TaskConfig:
-    name: str = option("condattend", "registered task (`modformer list` shows them)")
+    name: str = option("retrieval", "registered task (`modformer list` shows them)")
     test_size: int = option(4000, "examples in the fixed held-out test set (scored once, at the end)")
     validation_size: int = option(1000, "examples in the validation set: scored during training and used by "
                                         "sweeps to choose settings; disjoint from the test set")

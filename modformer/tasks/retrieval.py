@@ -1,5 +1,7 @@
-"""Retrieval, the task `condattend` (`task.n_pairs: N`; "condattend_N" in the results is
+"""Retrieval, the task `retrieval` (`task.n_pairs: N`; "retrieval_N" in the results is
 shorthand for that setting, not a task name): find the value stored under a queried key.
+Its former name `condattend` (the reference's, `task_condattendstream.py`) still loads and is
+recorded as `retrieval`; records and reports written before the rename say `condattend`.
 
 Format (the random-attention paper's reference format, vocabulary 512):
 
@@ -52,7 +54,7 @@ class RetrievalConfig(TaskConfig):
         self.check_room(space, f"task.n_pairs={self.n_pairs}")
 
 
-@TASKS.register("condattend")
+@TASKS.register("retrieval")
 class Retrieval(Task):
     Config = RetrievalConfig
 
@@ -80,3 +82,6 @@ class Retrieval(Task):
 
     def target_mask(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return inputs >= self.n + self.half  # the query token
+
+
+TASKS.alias("condattend", "retrieval")

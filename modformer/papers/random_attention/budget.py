@@ -45,7 +45,7 @@ def _depth_budget(task_file: str, train_size: int, why: str, max_steps: int = 50
 # Each paper task's budget in the unit of the reference script that launches it. k-hop has no
 # task file in the reference (the paper reports it, no script trains it), so no budget.
 REFERENCE_BUDGETS: dict[str, ReferenceBudget] = {
-    "condattend": _depth_budget(
+    "retrieval": _depth_budget(
         "task_condattendstream.py ~21", 200_000, "vocab_size 512 > 256",
         other="the README's depth.py command and scripts/depth_array.sh both give max_steps 500"),
     "addition": _depth_budget(
@@ -73,11 +73,11 @@ REFERENCE_BUDGETS: dict[str, ReferenceBudget] = {
 }
 REFERENCE_WIDTH = 512
 # The random-attention paper's tasks, the only ones its budgets and width are compared with.
-PAPER_TASKS = ("condattend", "addition", "dyck", "khop", "memorization", "lm", "sentiment")
+PAPER_TASKS = ("retrieval", "addition", "dyck", "khop", "memorization", "lm", "sentiment")
 
 
 def reference_budget(config: dict[str, Any]) -> ReferenceBudget | None:
-    """The reference script's budget for a config's task (condattend where it names none, the
+    """The reference script's budget for a config's task (retrieval where it names none, the
     default), or None for a task no reference script trains."""
     return REFERENCE_BUDGETS.get(task_name(config))
 

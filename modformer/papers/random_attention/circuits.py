@@ -2,7 +2,7 @@
 Frozen-QK, where it solves retrieval, uses the head pattern Standard uses (a reviewer's
 question about the paper's Frozen-QK results).
 
-On held-out retrieval examples with at least two stored pairs (`condattend`: pairs
+On held-out retrieval examples with at least two stored pairs (`retrieval`: pairs
 `k v k v ...`, then the query token of one key; the answer is that key's value), per run:
 
 - `accuracy`: the answer at the query position is the argmax;
@@ -180,7 +180,7 @@ def sweep_circuits(folder: Path, count: int = 500) -> Path:
         run = folder / r["run_dir"]
         model, cfg, task, _ = load_run(run)
         if not isinstance(task, Retrieval):
-            raise ModformerError(f"{run} is a run of task {cfg.task.name}, not retrieval (condattend)")
+            raise ModformerError(f"{run} is a run of task {cfg.task.name}, not retrieval")
         result = retrieval_circuit(model, task, count=count, seed=cfg.train.seed)
         atomic_write_text(run / "circuits.json", json.dumps(result, indent=1) + "\n")
         rows.append((r["run_id"], result))

@@ -29,7 +29,8 @@ from ...configtools import from_dict, option
 from ...constructions import CONSTRUCTIONS, LEGACY, Construction
 from ...errors import ConfigError
 from ...model.config import ModelConfig
-from ...registry import VARIANTS
+from ...registry import TASKS, VARIANTS
+from ...tasks.base import TaskConfig
 
 
 @dataclass
@@ -111,15 +112,16 @@ def hf_warmup(data: dict[str, Any]) -> int:
 
 # The reference's own algorithmic tasks (task_*stream.py, hdmemorize_exp.py): it feeds the whole
 # sample, answer included, and its mixing is drawn for that length; our input stops one short.
-SAMPLE_TASKS = ("condattend", "addition", "dyck", "memorization")
+SAMPLE_TASKS = ("retrieval", "addition", "dyck", "memorization")
 
 
 def task_name(data: dict[str, Any]) -> str | None:
-    """A raw config's task name: condattend (TaskConfig's default) where it names none, None
-    where the value is not a name (the strict loader refuses it, naming its key)."""
+    """A raw config's task name as registered now (a former name gives today's; TaskConfig's
+    default where it names none), None where the value is not a name (the strict loader
+    refuses it, naming its key)."""
     task = data.get("task") or {}
-    name = task.get("name", "condattend") if isinstance(task, dict) else None
-    return name if isinstance(name, str) else None
+    name = task.get("name", TaskConfig().name) if isinstance(task, dict) else None
+    return TASKS.canonical(name) if isinstance(name, str) else None
 
 
 def sample_extra(data: dict[str, Any]) -> int:
