@@ -226,6 +226,28 @@ def test_tied_hugging_face_student_checkpoints_and_restores(tmp_path):
     assert fresh.model.lm_head.weight.data_ptr() == fresh.model.get_input_embeddings().weight.data_ptr()
 
 
+def test_a_deep_copy_of_a_hugging_face_student_runs_through_its_own_hook_points():
+    """Its layers' forward hooks are bound methods: a copy (an arm's fresh student, an EMA)
+    is read and changed at its own hook points, and the original's stay silent."""
+    import copy
+
+    from modformer.interop.hf_student import HFStudent
+    from modformer.model.hooks import hooked
+
+    torch.manual_seed(0)
+    original = HFStudent(transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=40, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=2)))
+    twin = copy.deepcopy(original)
+    ids = torch.randint(0, 40, (2, 5))
+    with capture(original, "blocks.*.resid_post") as seen_by_original, capture(twin, "*") as seen_by_twin:
+        twin(ids)
+    assert not seen_by_original and {"embed_out", "blocks.0.resid_post", "blocks.1.resid_post"} <= set(seen_by_twin)
+    with hooked(twin, {"blocks.1.resid_post": lambda _name, x: torch.zeros_like(x)}):
+        changed = twin(ids)
+    assert not torch.equal(changed, twin(ids)) and torch.equal(original(ids), twin(ids))
+
+
 def test_generated_text_keeps_its_spaces_with_a_sentencepiece_style_student(tiny_teacher):
     """A Metaspace decoder drops the leading space of a sequence decoded alone; the grown text
     is decoded after the prompt, so it aligns exactly as the finished text does."""

@@ -27,6 +27,11 @@ class _LayerPoints(nn.Module):
         super().__init__()
         self.resid_post = HookPoint()
 
+    def after_layer(self, _module: nn.Module, _inputs, output):
+        """The layer's forward hook: its output through `resid_post`. A bound method, not a
+        closure, so that a deep copy of the student calls the copy's hook point."""
+        return _through(self.resid_post, output)
+
 
 class HFStudent(nn.Module):
     """A Hugging Face causal LM as a student: ids in, logits out, with the hook points
@@ -43,9 +48,14 @@ class HFStudent(nn.Module):
         layers = _decoder_layers(model)
         self.embed_out = HookPoint()
         self.blocks = nn.ModuleList(_LayerPoints() for _ in layers)
-        model.get_input_embeddings().register_forward_hook(_through(self.embed_out))
+        model.get_input_embeddings().register_forward_hook(self.after_embedding)
         for layer, points in zip(layers, self.blocks):
-            layer.register_forward_hook(_through(points.resid_post))
+            layer.register_forward_hook(points.after_layer)
+
+    def after_embedding(self, _module: nn.Module, _inputs, output):
+        """The token embedding's forward hook: its output through `embed_out` (a bound method,
+        as `_LayerPoints.after_layer` is)."""
+        return _through(self.embed_out, output)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """ids (B, S), right-padded (the model is causal: real positions never read padding)
@@ -73,13 +83,11 @@ def _decoder_layers(model: nn.Module) -> nn.ModuleList:
     return layers
 
 
-def _through(point: HookPoint):
-    """A forward hook passing a Hugging Face module's output through `point`."""
-    def hook(_module, _inputs, output):
-        if isinstance(output, tuple):  # some Hugging Face layers return (hidden states, extras...)
-            return (point(output[0]), *output[1:])
-        return point(output)
-    return hook
+def _through(point: HookPoint, output):
+    """A Hugging Face module's output passed through `point`."""
+    if isinstance(output, tuple):  # some Hugging Face layers return (hidden states, extras...)
+        return (point(output[0]), *output[1:])
+    return point(output)
 
 
 def load_hf_student(name: str, pretrained: bool, seed: int) -> HFStudent:
