@@ -6,6 +6,7 @@ import json
 import pytest
 
 from modformer.cli import main
+from modformer.errors import ModformerError
 
 
 @pytest.mark.slow
@@ -78,3 +79,14 @@ def test_the_ladder_as_a_sweep_gives_the_folders_records(tiny_teacher, tmp_path,
     capsys.readouterr()
     assert main(["sweep", "--status", str(out)]) == 0
     assert "6 runs: 6 done" in capsys.readouterr().out
+
+
+def test_the_ladders_threads_default_to_torchs_and_a_sweep_shares_the_cores():
+    """`threads: null` (the default) leaves torch's choice, and a sweep's worker its share of
+    the cores (the sweep fills a null threads key); 0 is refused in one line."""
+    from modformer.papers.knowledge.edits import EditRunConfig
+    from modformer.papers.knowledge.ladder import LadderConfig
+
+    assert LadderConfig().threads is None and EditRunConfig().threads is None
+    with pytest.raises(ModformerError, match="threads must be positive or null, got 0"):
+        LadderConfig(threads=0)

@@ -68,9 +68,12 @@ class EditRunConfig:
     eval_blocks: int = option(2, "held-out blocks for the change in perplexity (the ladder's first ones)")
     block_len: int = option(512, "tokens per block")
     unrelated_tokens: int = option(4, "greedy tokens of each unrelated prompt that must stay unchanged")
-    threads: int = option(1, "torch threads")
+    threads: int | None = option(None, "CPU threads for torch; null leaves torch's default (a sweep gives each of its "
+                                       "workers its share of the cores)")
 
     def __post_init__(self) -> None:
+        if self.threads is not None and self.threads < 1:
+            raise ModformerError(f"threads must be positive or null, got {self.threads}")
         unknown = [m for m in self.methods if m not in METHODS]
         if unknown or not self.methods or not self.sizes or any(k < 1 for k in self.sizes):
             raise ModformerError(f"edit run: methods must be among {', '.join(METHODS)} and sizes positive "
@@ -148,7 +151,8 @@ def run_edits(cfg: EditRunConfig, out: Path, one_run: bool = False) -> Path:
     """Every method x size x seed (`EditRunConfig.draws`; `one_run`: a sweep's run); one
     record each in `out/edits.jsonl` after the `before` record (done ones skipped). A run
     with nothing to edit loads nothing and records nothing."""
-    torch.set_num_threads(cfg.threads)
+    if cfg.threads is not None:
+        torch.set_num_threads(cfg.threads)
     records = out / "edits.jsonl"
     if not any(cfg.draws(size, one_run) for size in cfg.sizes):
         return records

@@ -53,12 +53,15 @@ class LadderConfig:
     corpus: str = option("imdb", "held-out text (a data source name or file)")
     eval_blocks: int = option(12, "held-out blocks for perplexity")
     block_len: int = option(512, "tokens per block")
-    threads: int = option(1, "torch threads")
+    threads: int | None = option(None, "CPU threads for torch; null leaves torch's default (a sweep gives each of its "
+                                       "workers its share of the cores)")
     arms: list[str] = option(default_factory=lambda: list(ARMS),
                              help="the arms measured, of " + ", ".join(ARMS) + " (a ladder sweep's variants)")
     seed: int = option(0, "the ladder draws nothing at random; a sweep's seed, kept with the config")
 
     def __post_init__(self) -> None:
+        if self.threads is not None and self.threads < 1:
+            raise ModformerError(f"threads must be positive or null, got {self.threads}")
         unknown = [a for a in self.arms if a not in ARMS]
         if unknown or not self.arms:
             raise ModformerError(f"ladder arms must be among {', '.join(ARMS)}, got {self.arms}")
@@ -106,7 +109,8 @@ def score(model: nn.Module, blocks: torch.Tensor, facts: list[Request]) -> dict[
 
 def run_ladder(cfg: LadderConfig, out: Path) -> Path:
     """Measure every arm at every point; append each to `out/ladder.jsonl` (skipping done ones)."""
-    torch.set_num_threads(cfg.threads)
+    if cfg.threads is not None:
+        torch.set_num_threads(cfg.threads)
     records = out / "ladder.jsonl"
     done = done_keys(records)
     pre: Pretrained = load_pretrained(cfg.model)

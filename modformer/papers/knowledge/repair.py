@@ -42,9 +42,11 @@ class RepairConfig:
     corpus: str = option("imdb", "text: evaluation blocks first, training blocks after them")
     eval_blocks: int = option(12, "held-out blocks for perplexity (the ladder's)")
     block_len: int = option(512, "tokens per held-out block")
-    threads: int = option(1, "torch threads")
+    threads: int | None = option(None, "CPU threads for torch; null leaves torch's default")
 
     def __post_init__(self) -> None:
+        if self.threads is not None and self.threads < 1:
+            raise ModformerError(f"threads must be positive or null, got {self.threads}")
         if len(self.point) != 2 or not 0 < self.point[1] <= self.point[0] <= 1:
             raise ModformerError(f"repair point {self.point}: need [n_E, d_E] fractions with 0 < d_E <= n_E <= 1")
         if [a for a in self.arms if a not in ARMS] or self.steps < 1:
@@ -84,7 +86,8 @@ class RepairLoop(TrainingLoop):
 
 
 def run_repair(cfg: RepairConfig, out: Path) -> Path:
-    torch.set_num_threads(cfg.threads)
+    if cfg.threads is not None:
+        torch.set_num_threads(cfg.threads)
     records = out / "repair.jsonl"
     done = done_keys(records)
     pre = load_pretrained(cfg.model)
