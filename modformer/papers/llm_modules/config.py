@@ -260,10 +260,12 @@ class LLMModulesConfig:
 
 
 def load_llm_modules_config(path: str | Path | None, overrides: Sequence[str] = ()) -> LLMModulesConfig:
-    """Defaults <- YAML file <- `a.b=value` overrides. A `sweep` section (what `modformer
-    sweep` reads: the arms as variants, workers, Slurm) is not the experiment's and is left out."""
+    """Defaults <- YAML file <- `a.b=value` overrides. The `sweep` and `profiles` sections (what
+    `modformer sweep` reads: the arms as variants, workers, Slurm; the experiment at other
+    settings, chosen with --profile) are not the experiment's and are left out."""
     data: dict[str, Any] = read_yaml(path) if path is not None else {}
     data.pop("sweep", None)
+    data.pop("profiles", None)
     for assignment in overrides:
         apply_override(data, assignment)
     return from_dict(LLMModulesConfig, data)
