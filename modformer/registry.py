@@ -75,7 +75,7 @@ class Registry(Generic[T]):
 
     def register(self, name: str) -> Callable[[T], T]:
         def add(item: T) -> T:
-            if name in self._items:
+            if name in self._items or name in self._aliases:
                 raise ValueError(f"{self.kind} '{name}' is registered twice")
             self._items[name] = item
             return item
