@@ -30,7 +30,7 @@ from ..model.hooks import capture
 from ..stats import summarize
 from ..tasks.base import IGNORE, Batch
 from .common import by_layer, evaluating, plt, save_figure
-from .signal import DESCRIPTIONS, MEASURES, token_similarity
+from .signal import MEASURES, token_similarity
 
 STAGES = ("trained", "init")
 
@@ -160,7 +160,7 @@ def plot_trained_signal(groups: Sequence[dict[str, Any]], path: str | Path, titl
     lines: dict[tuple, list[dict[str, Any]]] = {}
     for g in groups:
         lines.setdefault((g["variant"], g["construction"], g["setting"]), []).append(g)
-    fig, axes = plt.subplots(1, len(MEASURES), figsize=(4.8 * len(MEASURES), 4.0))
+    fig, axes = plt.subplots(1, len(MEASURES), figsize=(4.8 * len(MEASURES), 5.0))
     for ax, measure in zip(axes, MEASURES):
         for k, (key, rows) in enumerate(lines.items()):
             rows = sorted(rows, key=lambda g: g["depth"])
@@ -172,9 +172,11 @@ def plot_trained_signal(groups: Sequence[dict[str, Any]], path: str | Path, titl
         ax.set_xscale("log", base=2)
         if measure != "cosine" and all(g[s][measure]["mean"] > 0 for g in groups for s in STAGES):
             ax.set_yscale("log")
-        ax.set(xlabel="depth (blocks)", ylabel=DESCRIPTIONS[measure], title=measure)
+        where = "diagonal" if measure == "variance" else "off-diagonal"
+        ax.set(xlabel="depth (blocks)", ylabel=f"mean {where} {measure}", title=measure)
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
+    handles, labels = axes[0].get_legend_handles_labels()  # below the panels, clear of the curves
+    fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), fontsize=8)
     fig.suptitle(title or "token similarity after the last block: trained (solid) and at init (dashed)")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.06 * (1 + (len(labels) - 1) // 4), 1, 1))
     return save_figure(fig, path)
