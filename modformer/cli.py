@@ -12,8 +12,7 @@ from pathlib import Path
 
 from . import api
 from . import variants as _variants  # noqa: F401  (registers the variants)
-from .analysis import signal_arguments
-from .analysis_commands import attention_arguments, usage_arguments
+from .analysis_commands import attention_arguments, signal_command_arguments, usage_arguments
 from .bench import bench_arguments
 from .interop.packaged import NAME as PACKAGED_TEACHER
 from .interop.packaged import packaged_teacher_folder
@@ -376,7 +375,8 @@ LIBRARY = [
     Command("curve", "one budget or width curve from the runs of several sweeps", curve_arguments),
     Command("quote", "recompute the figures a Markdown file quotes from its sweep and benchmark records",
             quote_arguments),
-    Command("signal", "signal propagation at init: token covariance and cosine across depth", signal_arguments),
+    Command("signal", "signal propagation: token covariance and cosine across depth, at init or of trained runs",
+            signal_command_arguments),
     Command("usage", "which knowledge entries each layer of a knowledge model reads", usage_arguments),
     Command("attention", "plot every layer's and head's attention map for one sequence", attention_arguments),
     Command("generate", "continue a text prompt with a trained language model", generate_arguments),

@@ -27,7 +27,7 @@ import copy
 import json
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -50,13 +50,18 @@ DESCRIPTIONS = {"covariance": "mean off-diagonal token covariance", "cosine": "m
                 "variance": "mean token variance (diagonal covariance, the scale)"}
 
 
-def token_similarity(hidden: torch.Tensor) -> dict[str, float]:
+def token_similarity(hidden: torch.Tensor, mask: torch.Tensor | None = None) -> dict[str, float]:
     """hidden (B, T, d) -> {"covariance", "cosine", "variance"}: batch means of the mean
     off-diagonal covariance and cosine and the mean diagonal covariance, as defined in the
     module docstring; computed in float64. Needs T >= 2.
 
+    With `mask` (B, T) bool, each sequence counts only its marked positions (pairs i != j of
+    marked positions, and marked positions for the variance), and the batch mean is over the
+    sequences with at least two marked positions, each weighted equally.
+
     Args:
         hidden: hidden states (B, T, d), T >= 2.
+        mask: optional (B, T) bool, True at the positions to count; None: every position.
 
     Returns:
         `{"covariance": ..., "cosine": ..., "variance": ...}`, each a float averaged over the
@@ -68,15 +73,28 @@ def token_similarity(hidden: torch.Tensor) -> dict[str, float]:
     x = hidden.double()
     centred = x - x.mean(dim=-1, keepdim=True)
     unit = x / x.norm(dim=-1, keepdim=True).clamp_min(1e-30)
+    if mask is None:
+        keep = torch.ones(B, T, dtype=torch.float64, device=x.device)
+    else:
+        if mask.shape != (B, T):
+            raise ValueError(f"mask must be (B, T) = {(B, T)}, got {tuple(mask.shape)}")
+        keep = mask.to(device=x.device, dtype=torch.float64)
+    n = keep.sum(-1)  # (B,) positions counted per sequence
+    rows = n >= 2
+    if not rows.any():
+        raise ValueError("token similarity needs a sequence with at least two counted positions")
+    pairs = keep[:, :, None] * keep[:, None, :]  # (B, T, T): 1 where both positions count
 
     def off_diagonal_mean(gram: torch.Tensor) -> float:  # gram (B, T, T)
-        total = gram.sum(dim=(-2, -1)) - gram.diagonal(dim1=-2, dim2=-1).sum(-1)
-        return (total / (T * (T - 1))).mean().item()
+        g = gram * pairs
+        total = g.sum(dim=(-2, -1)) - g.diagonal(dim1=-2, dim2=-1).sum(-1)
+        return (total[rows] / (n[rows] * (n[rows] - 1))).mean().item()
 
     covariance = centred @ centred.transpose(-2, -1) / d  # (B, T, T)
+    diagonal = (covariance.diagonal(dim1=-2, dim2=-1) * keep).sum(-1)  # (B,)
     return {"covariance": off_diagonal_mean(covariance),
             "cosine": off_diagonal_mean(unit @ unit.transpose(-2, -1)),
-            "variance": covariance.diagonal(dim1=-2, dim2=-1).mean().item()}
+            "variance": (diagonal[rows] / n[rows]).mean().item()}
 
 
 def _model_config(variant: str, depth: int, width: int, heads: int, vocab_size: int, seq_len: int,
@@ -256,13 +274,17 @@ def write_reports(results: list[dict[str, Any]], out: str | Path, settings: dict
     return paths
 
 
-def _run_command(args: argparse.Namespace) -> int:
+def _use_threads(args: argparse.Namespace) -> None:
     if args.threads < 1:
         raise ConfigError(f"signal: --threads must be positive, got {args.threads}")
     # One thread by default: these models are too small to gain from intra-op threads, and on
     # a busy machine the threads wait on each other (defaults on a loaded 2-core box: about
     # 15 s with 1 thread, 100-240 s with torch's 2).
     torch.set_num_threads(args.threads)
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    _use_threads(args)
     options: dict[str, Any] = {}
     for assignment in args.set:
         apply_override(options, assignment)
@@ -282,12 +304,41 @@ def _run_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def signal_arguments(p: argparse.ArgumentParser) -> None:
-    """The arguments and handler of `modformer signal`."""
+AT_INIT_OPTIONS = ("variants", "depths", "width", "heads", "vocab", "seq_len", "batch", "seeds", "all_layers", "set")
+
+
+def _dispatch(parser: argparse.ArgumentParser, trained: Callable[[argparse.Namespace], int]):
+    """The handler with `--runs`: `trained(args)` for trained runs, else the models at init."""
+
+    def handle(args: argparse.Namespace) -> int:
+        if args.runs is None:
+            if args.out is None:
+                raise ConfigError("signal: give --out (the folder to write to), or --runs to measure trained runs")
+            if args.examples != parser.get_default("examples"):
+                raise ConfigError("signal: --examples applies only with --runs")
+            return _run_command(args)
+        given = [name for name in AT_INIT_OPTIONS if getattr(args, name) != parser.get_default(name)]
+        if given:
+            raise ConfigError(f"signal --runs measures each run's own model on its task's test inputs: "
+                              f"--{given[0].replace('_', '-')} does not apply")
+        _use_threads(args)
+        return trained(args)
+
+    return handle
+
+
+def signal_arguments(p: argparse.ArgumentParser, trained: Callable[[argparse.Namespace], int] | None = None) -> None:
+    """The arguments and handler of `modformer signal`; with `trained` (the handler of trained
+    runs, which a higher layer provides: it loads checkpoints) also `--runs` and `--examples`."""
     describe_parser(p, "Build each variant at init for each depth, feed random tokens and report the mean "
                     "off-diagonal token covariance and cosine (and the token variance, for scale) after the "
-                    "last block (the random-attention paper's Table 7). Writes signal.json, signal.md and signal.png to --out.")
-    p.add_argument("--out", required=True, help="output directory")
+                    "last block (the random-attention paper's Table 7). Writes signal.json, signal.md and signal.png to --out."
+                    + ("" if trained is None else
+                       " With --runs, measure trained runs instead, after every block, beside the same models at "
+                       "init on the same test inputs: token_similarity.json in each run, trained_signal.json, "
+                       "trained_signal.md and trained_signal.png in --out (default: the folder given)."))
+    p.add_argument("--out", required=trained is None,
+                   help="output directory" + ("" if trained is None else " (with --runs: default the folder given)"))
     p.add_argument("--variants", nargs="+", default=list(DEFAULT_VARIANTS), metavar="VARIANT",
                    help=f"registered variants (default: {' '.join(DEFAULT_VARIANTS)})")
     p.add_argument("--depths", nargs="+", type=int, default=list(DEFAULT_DEPTHS), metavar="N",
@@ -303,4 +354,11 @@ def signal_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--all-layers", action="store_true", help="also record every block's measures in the JSON")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                    help="further model config keys, e.g. residual_scale=0.7071 mixing.sink_head=true")
-    p.set_defaults(func=_run_command)
+    if trained is not None:
+        p.add_argument("--runs", metavar="DIR",
+                       help="measure trained runs: a sweep folder (its finished runs) or one run folder, each with "
+                            "its checkpoints; the at-init options above do not apply")
+        p.add_argument("--examples", type=int, default=256,
+                       help="with --runs: the first N examples of each run's test set, read by the trained model and "
+                            "its initialisation (default: 256)")
+    p.set_defaults(func=_run_command if trained is None else _dispatch(p, trained))
