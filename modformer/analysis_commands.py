@@ -166,7 +166,7 @@ def trained_signal(source: str | Path, out: str | Path | None = None, *, example
         record = {"run_id": run["run_id"], "step": step, "code_version": version, "machine": where,
                   "inputs": f"the first {len(batch)} examples of the test set of task {cfg.task.name}, each counted "
                             "up to its last scored position",
-                  "test_accuracy": evaluate(model, task)["accuracy"], **run_signal(model, initial, batch)}
+                  "test_accuracy": evaluate(model, task).get("accuracy"), **run_signal(model, initial, batch)}
         atomic_write_text(run["dir"] / "token_similarity.json", json.dumps(record, indent=1) + "\n")
         setting = " ".join(f"{k}={v}" for k, v in sorted(run["point"].items())
                            if k not in ("model.n_layers", "model.construction"))
@@ -174,7 +174,8 @@ def trained_signal(source: str | Path, out: str | Path | None = None, *, example
                      "construction": cfg.model.construction, "depth": cfg.model.n_layers, "setting": setting,
                      "seed": cfg.train.seed if run["seed"] is None else run["seed"],
                      "accuracy": record["test_accuracy"], "record": record})
-        echo(f"{run['run_id']}: step {step}, accuracy {record['test_accuracy']:.3f}, cosine "
+        accuracy = "n/a" if record["test_accuracy"] is None else f"{record['test_accuracy']:.3f}"
+        echo(f"{run['run_id']}: step {step}, accuracy {accuracy}, cosine "
              f"{record['trained']['cosine']:.3g} trained, {record['init']['cosine']:.3g} at init")
     groups = group_runs(rows)
     target = output_folder(source if out is None else out)
@@ -185,7 +186,7 @@ def trained_signal(source: str | Path, out: str | Path | None = None, *, example
     atomic_write_text(paths["json"], json.dumps({"settings": settings, "groups": groups}, indent=1) + "\n")
     atomic_write_text(paths["markdown"], "# Token similarity, trained and at initialisation\n\n"
                       f"Made by modformer {version} on {where}: each run's latest checkpoint and the same model at "
-                      f"init, on the first {examples} examples of its task's test set (each counted up to its last "
+                      f"init, on the first {len(batch)} examples of its task's test set (each counted up to its last "
                       "scored position); after the last block, mean ± sample std over seeds. Each run's "
                       "token_similarity.json has every block's figures (modformer/analysis/signal_trained.py).\n\n"
                       + markdown_table(groups))

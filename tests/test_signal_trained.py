@@ -61,6 +61,25 @@ def test_scored_prefix_ends_at_each_examples_last_scored_position():
     assert mask.tolist() == [[True, True, True, False, False], [True, True, True, True, False], [False] * 5]
 
 
+def test_a_regression_tasks_vector_targets_give_the_scored_prefix_and_no_accuracy(tmp_path):
+    """`causal_regression` (Theorem 5.1's task) scores a vector at every position and has no
+    accuracy: its runs are read all the same, and the table says n/a."""
+    from modformer.config import load_config
+    from modformer.train.trainer import Trainer
+
+    targets = torch.full((2, 4, 3), float(IGNORE))
+    targets[0, :2] = 0.5  # positions 0 and 1 scored
+    assert scored_prefix(targets).tolist() == [[True, True, False, False], [False] * 4]
+    run = tmp_path / "run"
+    cfg = load_config(None, ["task.name=causal_regression", "task.test_size=20", "task.validation_size=20",
+                             "model.d_model=16", "model.n_layers=1", "model.n_heads=2", "train.steps=2",
+                             "train.batch_size=4", "train.threads=1", "train.eval_every=2", "train.checkpoint_every=2"])
+    Trainer(cfg, run, echo=lambda m: None).run()
+    paths = trained_signal(run, tmp_path / "out", examples=8, echo=lambda m: None)
+    assert json.loads((run / "token_similarity.json").read_text())["test_accuracy"] is None
+    assert "| n/a |" in paths["markdown"].read_text()
+
+
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     from modformer.config import load_config

@@ -7,7 +7,7 @@ from modformer.cli import main
 from modformer.config import config_from_dict
 from modformer.errors import ConfigError, ModformerError
 from modformer.sweep.report import write_report
-from modformer.sweep.runner import SweepRunner, read_results
+from modformer.sweep.runner import SweepRunner, _today_names, read_results, run_config
 from modformer.sweep.spec import load_sweep
 from modformer.stats import summarize
 
@@ -450,3 +450,9 @@ def test_a_sweep_saved_under_the_retrieval_tasks_former_name_is_the_same_sweep(t
     (out / "sweep.yaml").write_text(yaml.safe_dump({**data, "task": {**data["task"], "name": "addition"}}))
     with pytest.raises(ModformerError, match="holds a different sweep"):
         runner._check_same_sweep()
+    grid = {**data, "sweep": {**data["sweep"], "grid": {**data["sweep"]["grid"], "task.name": ["condattend"]}}}
+    assert _today_names(grid)["sweep"]["grid"]["task.name"] == ["retrieval"]  # a grid axis of task names too
+    run = out / "runs" / "old"
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text(yaml.safe_dump({"task": {"name": "condattend", "n_pairs": 3}}))
+    assert run_config(out, {"run_id": "old", "run_dir": "runs/old"})["task"]["name"] == "retrieval"  # curves pool it

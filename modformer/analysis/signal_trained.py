@@ -40,13 +40,16 @@ def scored_prefix(targets: torch.Tensor) -> torch.Tensor:
     example, t its last scored position (all False in an example that scores nothing).
 
     Args:
-        targets: next-token targets (B, T) as a task's `Batch` holds them.
+        targets: the targets (B, T), or (B, T, k) for a task with vector targets, as a
+            task's `Batch` holds them.
 
     Returns:
         The mask (B, T), True at each example's positions up to its last scored one.
     """
-    positions = torch.arange(targets.shape[1], device=targets.device)
-    last = torch.where(targets != IGNORE, positions, -1).amax(dim=-1)  # (B,)
+    B, T = targets.shape[:2]
+    scored = (targets != IGNORE).reshape(B, T, -1).any(-1)  # a task with vector targets: (B, T, k)
+    positions = torch.arange(T, device=targets.device)
+    last = torch.where(scored, positions, -1).amax(dim=-1)  # (B,)
     return positions[None, :] <= last[:, None]
 
 
@@ -99,7 +102,7 @@ def group_runs(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
     Args:
         rows: one per run, with `variant`, `construction`, `depth`, `setting` (the label of any
-            other grid values, "" where none), `seed`, `accuracy` and `record` (`run_signal`'s).
+            other grid values, "" where none), `seed`, `accuracy` (None for a task without one) and `record` (`run_signal`'s).
 
     Returns:
         One dict per setting, in the order first met: the four keys above, `seeds` (sorted),
@@ -111,14 +114,17 @@ def group_runs(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for (variant, construction, depth, setting), runs in groups.items():
         group = {"variant": variant, "construction": construction, "depth": depth, "setting": setting,
-                 "seeds": sorted(r["seed"] for r in runs), "accuracy": _cell([r["accuracy"] for r in runs])}
+                 "seeds": sorted(r["seed"] for r in runs),
+                 "accuracy": None if any(r["accuracy"] is None for r in runs) else _cell([r["accuracy"] for r in runs])}
         for stage in STAGES:
             group[stage] = {m: _cell([r["record"][stage][m] for r in runs]) for m in MEASURES}
         out.append(group)
     return out
 
 
-def _fmt(cell: dict[str, float], percent: bool = False) -> str:
+def _fmt(cell: dict[str, float] | None, percent: bool = False) -> str:
+    if cell is None:  # a task with no accuracy (a regression)
+        return "n/a"
     if percent:
         return f"{100 * cell['mean']:.1f}% ± {100 * cell['std']:.1f}"
     return f"{cell['mean']:.3g} ± {cell['std']:.2g}"

@@ -25,6 +25,7 @@ from .kinds import kind_in
 from .runner import read_results, run_config
 from .sections import PRINTED, SECTIONS, papers_of
 from ..stats import metric_bounds, summarize
+from ..registry import TASKS
 from ..tasks.base import TaskConfig
 
 
@@ -135,7 +136,7 @@ def write_report(sweep_dir: str | Path) -> Path:
     model, task, train = spec.get("model", {}), spec.get("task", {}), spec.get("train", {})
 
     lines = [f"# Sweep report: {sweep_dir.name}", ""]
-    lines += [f"Task `{task.get('name', TaskConfig().name)}` ({', '.join(f'{k}={v}' for k, v in task.items() if k != 'name')}); "
+    lines += [f"Task `{TASKS.canonical(task.get('name', TaskConfig().name))}` ({', '.join(f'{k}={v}' for k, v in task.items() if k != 'name')}); "
               f"base model {', '.join(f'{k}={v}' for k, v in model.items()) or 'defaults'}; "
               f"training {', '.join(f'{k}={v}' for k, v in train.items()) or 'defaults'}.", ""]
     lines += [f"Variants: {', '.join(listed)}. Seeds: {_seeds_text(done, listed)}. The same grid for every variant: "

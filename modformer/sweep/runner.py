@@ -61,11 +61,16 @@ def extends(old: dict[str, Any], new: dict[str, Any]) -> bool:
 
 
 def _today_names(data: dict[str, Any]) -> dict[str, Any]:
-    """A sweep's plain data with a former task name as today's (a sweep saved before a rename
-    is the same sweep as one that names the task anew)."""
+    """A sweep's or a run's plain data with a former task name as today's, in its task section
+    and on a `task.name` grid axis (a sweep saved before a rename is the same sweep as one that
+    names the task anew, and its runs the same settings)."""
     task = data.get("task")
     if isinstance(task, dict) and "name" in task:
-        return {**data, "task": {**task, "name": TASKS.canonical(task["name"])}}
+        data = {**data, "task": {**task, "name": TASKS.canonical(task["name"])}}
+    sweep = data.get("sweep")
+    grid = sweep.get("grid") if isinstance(sweep, dict) else None
+    if isinstance(grid, dict) and isinstance(grid.get("task.name"), list):
+        data = {**data, "sweep": {**sweep, "grid": {**grid, "task.name": [TASKS.canonical(n) for n in grid["task.name"]]}}}
     return data
 
 
@@ -79,7 +84,7 @@ def run_config(sweep_dir: Path, record: dict[str, Any]) -> dict[str, Any] | None
     """The config one run of a sweep trained with (its run folder's config.yaml, as plain
     data), or None where the folder is gone. For facts that older summaries did not record."""
     path = Path(sweep_dir) / record.get("run_dir", f"runs/{record['run_id']}") / "config.yaml"
-    return yaml.safe_load(path.read_text()) if path.exists() else None
+    return _today_names(yaml.safe_load(path.read_text()) or {}) if path.exists() else None
 
 
 def _raise_keyboard_interrupt(signum, frame):
