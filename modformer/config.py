@@ -93,6 +93,15 @@ def _unread_ffn(model: ModelConfig) -> None:
                       f"feed-forward modules (those of model.ffn={built}): drop model.{key}")
 
 
+def today_task_name(data: dict[str, Any]) -> dict[str, Any]:
+    """Plain config data (a run's, or a sweep's) with a former task name as today's
+    (`TASKS.canonical`); the data itself where its task section names none."""
+    task = data.get("task")
+    if isinstance(task, dict) and "name" in task:
+        return {**data, "task": {**task, "name": TASKS.canonical(task["name"])}}
+    return data
+
+
 def config_from_dict(data: dict[str, Any] | None, *, saved: bool = False) -> RunConfig:
     """Strictly build a `RunConfig` from plain data: the variant's own mixer is filled in,
     the named construction fills in its values (`constructions.py`; older configs are read
@@ -111,9 +120,7 @@ def config_from_dict(data: dict[str, Any] | None, *, saved: bool = False) -> Run
     if not isinstance(data, dict):
         raise ConfigError(f"a config must be a mapping with sections model, task, train; got {type(data).__name__}")
     _variant_mixer(data, saved)
-    task_data = data.get("task") or {}
-    if isinstance(task_data, dict) and "name" in task_data:  # a former name is recorded as today's
-        task_data["name"] = TASKS.canonical(task_data["name"])
+    data = today_task_name(data)  # a former name is recorded as today's
     apply_construction(data, saved)
     task_data = data.pop("task", None) or {}
     if not isinstance(task_data, dict):

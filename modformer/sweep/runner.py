@@ -28,6 +28,7 @@ from typing import Any, Callable, Sequence
 
 import yaml
 
+from ..config import today_task_name
 from ..configtools import get_dotted, set_dotted
 from ..errors import Interrupted, ModformerError
 from ..files import atomic_write_text, durable_append, reserve
@@ -64,9 +65,7 @@ def _today_names(data: dict[str, Any]) -> dict[str, Any]:
     """A sweep's or a run's plain data with a former task name as today's, in its task section
     and on a `task.name` grid axis (a sweep saved before a rename is the same sweep as one that
     names the task anew, and its runs the same settings)."""
-    task = data.get("task")
-    if isinstance(task, dict) and "name" in task:
-        data = {**data, "task": {**task, "name": TASKS.canonical(task["name"])}}
+    data = today_task_name(data)
     sweep = data.get("sweep")
     grid = sweep.get("grid") if isinstance(sweep, dict) else None
     if isinstance(grid, dict) and isinstance(grid.get("task.name"), list):
