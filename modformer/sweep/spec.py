@@ -161,7 +161,8 @@ def apply_profiles(data: dict[str, Any], profiles: Sequence[str], path: str | Pa
             sweep.grid: {train.steps: [200, 800, 3200]}
 
     so that one file holds an experiment and every scale it is run at (command-line
-    overrides come after the profiles)."""
+    overrides come after the profiles). A key sets what it names: `train: {lr: 3e-3}`
+    replaces the whole section, so its other fields take their defaults, not the file's."""
     available = data.pop("profiles", None) or {}
     if not isinstance(available, dict) or not all(isinstance(v, dict) for v in available.values()):
         raise ConfigError(f"{path}: 'profiles' must map each profile's name to its dotted keys and values")
