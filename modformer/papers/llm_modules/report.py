@@ -206,7 +206,8 @@ def _plot_curves(metrics_of: Callable[[str], list[Path]], arms: list[str], path:
     ax_held.set(xlabel="step", ylabel="cross-entropy per answer token", title="held-out answer loss (teacher-forced)")
     for ax in (ax_train, ax_held):
         ax.grid(alpha=0.3)
-        ax.legend()
+        if ax.lines:  # a run too short for an evaluation draws no held-out curve
+            ax.legend()
     fig.tight_layout()
     if not drawn:
         plt.close(fig)
