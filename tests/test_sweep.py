@@ -7,7 +7,7 @@ from modformer.cli import main
 from modformer.config import config_from_dict
 from modformer.errors import ConfigError, ModformerError
 from modformer.sweep.report import write_report
-from modformer.sweep.runner import SweepRunner, _today_names, read_results, run_config
+from modformer.sweep.runner import SweepRunner, read_results, run_config, today_names
 from modformer.sweep.spec import load_sweep
 from modformer.stats import summarize
 
@@ -451,7 +451,12 @@ def test_a_sweep_saved_under_the_retrieval_tasks_former_name_is_the_same_sweep(t
     with pytest.raises(ModformerError, match="holds a different sweep"):
         runner._check_same_sweep()
     grid = {**data, "sweep": {**data["sweep"], "grid": {**data["sweep"]["grid"], "task.name": ["condattend"]}}}
-    assert _today_names(grid)["sweep"]["grid"]["task.name"] == ["retrieval"]  # a grid axis of task names too
+    assert today_names(grid)["sweep"]["grid"]["task.name"] == ["retrieval"]  # a grid axis of task names too
+    axis = SweepRunner(load_sweep(write(tmp_path, SWEEP), ["sweep.grid={task.name: [retrieval]}"]), out)
+    saved = axis.sweep.to_dict()
+    saved["sweep"]["grid"]["task.name"] = ["condattend"]
+    (out / "sweep.yaml").write_text(yaml.safe_dump(saved))
+    axis._check_same_sweep()  # a folder saved with the former name on a grid axis continues too
     run = out / "runs" / "old"
     run.mkdir(parents=True)
     (run / "config.yaml").write_text(yaml.safe_dump({"task": {"name": "condattend", "n_pairs": 3}}))

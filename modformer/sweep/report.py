@@ -22,10 +22,9 @@ from ..train.mfu import OWN
 from ..train.records import read_records
 from .budget_plot import plot_budget
 from .kinds import kind_in
-from .runner import read_results, run_config
+from .runner import read_results, run_config, today_names
 from .sections import PRINTED, SECTIONS, papers_of
 from ..stats import metric_bounds, summarize
-from ..registry import TASKS
 from ..tasks.base import TaskConfig
 
 
@@ -33,7 +32,7 @@ def _load(sweep_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]], list[d
     path = sweep_dir / "sweep.yaml"
     if not path.exists():
         raise ModformerError(f"{sweep_dir} is not a sweep directory (no sweep.yaml)")
-    spec = yaml.safe_load(path.read_text())
+    spec = today_names(yaml.safe_load(path.read_text()))  # a folder saved before a task's rename reads as today's
     results = list(read_results(sweep_dir).values())
     done = [r for r in results if r["status"] == "done"]
     if not done:
@@ -136,7 +135,7 @@ def write_report(sweep_dir: str | Path) -> Path:
     model, task, train = spec.get("model", {}), spec.get("task", {}), spec.get("train", {})
 
     lines = [f"# Sweep report: {sweep_dir.name}", ""]
-    lines += [f"Task `{TASKS.canonical(task.get('name', TaskConfig().name))}` ({', '.join(f'{k}={v}' for k, v in task.items() if k != 'name')}); "
+    lines += [f"Task `{task.get('name', TaskConfig().name)}` ({', '.join(f'{k}={v}' for k, v in task.items() if k != 'name')}); "
               f"base model {', '.join(f'{k}={v}' for k, v in model.items()) or 'defaults'}; "
               f"training {', '.join(f'{k}={v}' for k, v in train.items()) or 'defaults'}.", ""]
     lines += [f"Variants: {', '.join(listed)}. Seeds: {_seeds_text(done, listed)}. The same grid for every variant: "

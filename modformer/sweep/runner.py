@@ -61,7 +61,7 @@ def extends(old: dict[str, Any], new: dict[str, Any]) -> bool:
             and within(o.get("seeds") or [], n.get("seeds") or []))
 
 
-def _today_names(data: dict[str, Any]) -> dict[str, Any]:
+def today_names(data: dict[str, Any]) -> dict[str, Any]:
     """A sweep's or a run's plain data with a former task name as today's, in its task section
     and on a `task.name` grid axis (a sweep saved before a rename is the same sweep as one that
     names the task anew, and its runs the same settings)."""
@@ -83,7 +83,7 @@ def run_config(sweep_dir: Path, record: dict[str, Any]) -> dict[str, Any] | None
     """The config one run of a sweep trained with (its run folder's config.yaml, as plain
     data), or None where the folder is gone. For facts that older summaries did not record."""
     path = Path(sweep_dir) / record.get("run_dir", f"runs/{record['run_id']}") / "config.yaml"
-    return _today_names(yaml.safe_load(path.read_text()) or {}) if path.exists() else None
+    return today_names(yaml.safe_load(path.read_text()) or {}) if path.exists() else None
 
 
 def _raise_keyboard_interrupt(signum, frame):
@@ -113,8 +113,10 @@ class SweepRunner:
             old = yaml.safe_load(saved.read_text()) or {}
             if isinstance(old.get("sweep"), dict):  # saved before sweep.experiment existed: a train sweep
                 old["sweep"].setdefault("experiment", "train")
-            strip = lambda d: {**_today_names(d), "sweep": {k: v for k, v in d.get("sweep", {}).items()  # noqa: E731
-                                                             if k not in IGNORED_WHEN_RESUMING}}
+            def strip(d: dict[str, Any]) -> dict[str, Any]:  # today's task names, then what resuming ignores
+                d = today_names(d)
+                return {**d, "sweep": {k: v for k, v in d.get("sweep", {}).items() if k not in IGNORED_WHEN_RESUMING}}
+
             if not extends(strip(old), strip(mine)):  # the same sweep extends itself
                 raise ModformerError(f"{self.out} holds a different sweep (compare {saved}); use another "
                                      f"--out, or the same sweep file and overrides (more variants, seeds "
