@@ -7,7 +7,9 @@ from .config import RunConfig, load_config
 from .model.hooks import capture, hooked
 from .variants import build_model
 from .version import __version__
-from . import papers  # noqa: E402,F401  (last: each paper's experiments register on top of the library)
+from .plugins import load_papers  # noqa: E402
+
+load_papers()  # last: every paper (the group modformer.papers) registers on top of the library
 
 __all__ = ["RunConfig", "load_config", "build_model", "capture", "hooked", "config", "train_run", "evaluate_run", "load_run",
            "sweep", "__version__"]

@@ -23,6 +23,7 @@ from .constructions import CONSTRUCTIONS
 from .data import named_sources
 from .errors import ConfigError, Interrupted, ModformerError, storage_fault
 from .generate import generate_arguments
+from .plugins import describe_papers
 from .knowledge.convert import convert
 from .model.part_options import BUILT_IN_SECTIONS
 from .registry import FFNS, MIXERS, TASKS, VARIANTS
@@ -245,7 +246,8 @@ def cmd_list(args: argparse.Namespace) -> int:
         c = CONSTRUCTIONS[name]
         options = "" if c.Options is None else "; options (model.construction_options): " + ", ".join(
             f"{f.name} (default {f.default})" for f in dataclasses.fields(c.Options))
-        print(f"  {name:<20}{c.description}{options}")
+        alias = "".join(f" (also '{old}')" for old, new in CONSTRUCTIONS.aliases().items() if new == name)
+        print(f"  {name}{alias}: {c.description}{options}")
     for title, registry, options in (("mixers (model.mixer)", MIXERS, "model.mixer_options"),
                                      ("feed-forward modules (model.ffn)", FFNS, "model.ffn_options")):
         print(f"{title}: " + ", ".join(f"{n}{_origin(registry, n)}" for n in _names(registry)))
@@ -259,6 +261,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     print("tasks (task.name): " + ", ".join(f"{n}{_origin(TASKS, n)}" for n in _names(TASKS)))
     if TASKS.aliases():
         print("  former names, still read: " + ", ".join(f"{old} (now {new})" for old, new in TASKS.aliases().items()))
+    print("\n".join(describe_papers()))
     print("parts of your own: name them by import path, package.module:Class (examples/README.md); every part's "
           "options: modformer list --options; a config's parts: modformer train --help CONFIG")
     print("text sources (task.source of lm and sentiment):")
@@ -366,7 +369,7 @@ def list_arguments(p: argparse.ArgumentParser) -> None:
 
 
 # Every command of the library, in the order `modformer --help` lists them; the papers' own
-# commands follow (commands.COMMANDS, registered by modformer/papers/).
+# commands follow (commands.COMMANDS, registered by the paper plugins: modformer/plugins.py).
 LIBRARY = [
     Command("train", "train one model on one task", train_arguments),
     Command("eval", "score a checkpoint on its task's held-out set", eval_arguments),

@@ -2,8 +2,8 @@
 
 A command is a name, one line of help, and a function that gives its parser its arguments
 and its handler (`parser.set_defaults(func=...)`). The library's commands are the table in
-`modformer/cli.py` (`LIBRARY`); a paper's experiments add theirs with `register` from their
-package (modformer/papers/), so `modformer --help` lists both and the library names no paper.
+`modformer/cli.py` (`LIBRARY`); a paper plugin adds its own (`Paper.command`,
+modformer/plugins.py), so `modformer --help` lists both and the library names no paper.
 
 One argument style for all: a YAML config, dotted `key=value` overrides, and flags only where
 a config does not fit (an output folder, a run to read, `--print`). A command that was
@@ -56,12 +56,12 @@ class ReportWriter:
     write: Callable[[Path], Path]
 
 
-COMMANDS: dict[str, Command] = {}  # name -> command, the papers' (the library's are cli.LIBRARY)
+COMMANDS: dict[str, Command] = {}  # name -> command, the paper plugins' (the library's are cli.LIBRARY)
 REPORT_WRITERS: list[ReportWriter] = []
 
 
 def register(command: Command) -> Command:
-    """Add a paper's command to the table.
+    """Add a paper plugin's command to the table (`Paper.command` calls it).
 
     Args:
         command: the command; its name and aliases must be new.

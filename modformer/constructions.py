@@ -4,9 +4,9 @@
 option as its declaration writes it, nothing filled in. Another construction fills in, for
 each key the config does not set itself, the value some other codebase uses, so that one
 key builds and trains a model as that codebase does while every explicit key still wins
-(one override ablates one point). A paper's experiments register theirs
-(`modformer/papers/`); a package of yours can too, by import path or by an entry point of
-the group `modformer.constructions`, like any part.
+(one override ablates one point). A paper plugin registers its own as `<paper>.<name>`
+(`Paper.construction`, modformer/plugins.py); a package of yours can too, by import path or by
+an entry point of the group `modformer.constructions`, like any part.
 
 A construction is a `Construction`: what it fills (`fill`, on the raw config data, before
 the strict loader reads it), how it names a resolved config (`label`, e.g. "reference
@@ -38,7 +38,7 @@ class Construction:
     fill: Callable[[dict[str, Any]], None]  # raw config data -> filled in place (only unset keys)
     label: Callable[[dict[str, Any]], str]  # a resolved config (plain data) -> its name in reports
     Options: type | None = None  # its options' dataclass (model.construction_options), if any
-    paper: str | None = None  # the paper (modformer/papers/<paper>) whose report sections it brings
+    paper: str | None = None  # the paper plugin whose report sections it brings (set by Paper.construction)
 
 
 def _nothing(data: dict[str, Any]) -> None:

@@ -1,6 +1,7 @@
 """The import structure stays as pyproject.toml's contract draws it: lower layers never import
 higher ones, and no modules import each other (directly or round a longer cycle)."""
 
+import re
 from pathlib import Path
 
 import grimp
@@ -50,3 +51,20 @@ def test_the_library_names_no_papers_budget():
     naming = [str(path.relative_to(ROOT)) for path in package.rglob("*.py")
               if "papers" not in path.relative_to(package).parts and budget_words.search(path.read_text())]
     assert naming == []
+
+
+def test_nothing_in_the_library_imports_the_papers_folder():
+    """The in-tree papers are plugins: loaded through the entry-point group modformer.papers
+    (pyproject.toml), never imported or scanned by the library itself."""
+    import tomllib
+
+    graph = grimp.build_graph("modformer")
+    outside = [m for m in graph.modules if not m.startswith("modformer.papers")]
+    importers = sorted((m, i) for m in outside for i in graph.find_modules_directly_imported_by(m)
+                       if i.startswith("modformer.papers"))
+    assert importers == []
+    # the folder's own __init__ gathers nothing: each paper is loaded by its entry point alone
+    assert not re.search(r"^\s*(import|from)\s", (ROOT / "modformer" / "papers" / "__init__.py").read_text(), re.M)
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]["modformer.papers"]
+    assert declared == {name: f"modformer.papers.{name}:register"
+                        for name in ("random_attention", "llm_modules", "knowledge")}

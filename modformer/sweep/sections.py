@@ -1,7 +1,7 @@
 """What a paper's experiments add to the reports and curves of their sweeps.
 
-The library's reports say nothing of any paper. A paper (modformer/papers/<paper>) registers
-here, under its name, the report sections its experiments need (e.g. each run's budget as a
+The library's reports say nothing of any paper. A paper (a plugin: modformer/plugins.py)
+registers here, through its `Paper`, under its name, the report sections its experiments need (e.g. each run's budget as a
 fraction of what the paper's reference scripts train) and a mark for budget curves (that
 budget, drawn as a line). A sweep is one of a paper's experiments when its runs are built
 with a construction that serves the paper (`Construction.paper`) or its sweep file names
@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..constructions import construction_paper
-from ..errors import ModformerError
+from ..errors import ConfigError
+from ..installed_papers import BROKEN, PAPERS
 
 # paper -> its sections: fn(sweep_dir, variants, groups, chosen) -> Markdown lines ([] for none).
 Section = Callable[[Path, list[str], dict, dict], list[str]]
@@ -27,12 +28,20 @@ MARKS: dict[str, Mark] = {}
 PRINTED: list[str] = []
 
 
+def check_paper(named: str) -> None:
+    """Refuse `sweep.paper: named` unless that paper is installed and loaded."""
+    if named in BROKEN:
+        raise ConfigError(f"sweep.paper: paper '{named}' did not load: {BROKEN[named]}")
+    if named not in PAPERS:
+        raise ConfigError(f"sweep.paper: no paper '{named}' is installed (known: {', '.join(sorted(PAPERS)) or 'none'}; "
+                          f"a paper is a package with an entry point of the group modformer.papers: docs/plugins.md)")
+
+
 def papers_of(named: str | None, configs: list[dict[str, Any] | None]) -> list[str]:
     """The papers a sweep belongs to: the one its sweep file names, then those whose
-    construction its runs' configs use; a named paper that registered nothing is an error."""
-    if named is not None and named not in SECTIONS and named not in MARKS:
-        raise ModformerError(f"sweep.paper: no paper '{named}' is registered (known: "
-                             f"{', '.join(sorted(set(SECTIONS) | set(MARKS))) or 'none'})")
+    construction its runs' configs use; a named paper that is not loaded is an error."""
+    if named is not None:
+        check_paper(named)
     found = [named] if named else []
     for config in configs:
         paper = construction_paper(config) if config else None

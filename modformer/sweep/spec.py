@@ -33,6 +33,7 @@ from ..config import read_yaml
 from ..configtools import apply_override, from_dict, option, set_dotted, to_dict
 from ..errors import ConfigError
 from .kinds import RUN_KINDS, run_kind
+from .sections import check_paper
 from .slurm_config import LAUNCHERS, SlurmConfig
 
 
@@ -54,7 +55,8 @@ class SweepConfig:
     mode: str = option("max", "max or min: whether a larger metric is better")
     launcher: str = option("local", "local: `workers` processes on this machine; slurm: one Slurm job array")
     slurm: SlurmConfig = option(default_factory=SlurmConfig, help="what each run asks Slurm for (launcher slurm)")
-    paper: str | None = option(None, "the paper whose experiment this sweep is (a package of modformer/papers), for "
+    paper: str | None = option(None, "the paper whose experiment this sweep is (an installed paper plugin: modformer "
+                                     "list), for "
                                      "a sweep its runs' construction does not already tie to it: the report adds "
                                      "that paper's sections (e.g. each run's budget against its reference scripts')")
 
@@ -66,11 +68,14 @@ class SweepConfig:
         if self.workers < 1:
             raise ConfigError(f"sweep.workers must be positive, got {self.workers}")
         if self.experiment not in RUN_KINDS:
-            raise ConfigError(f"sweep.experiment must be one of {', '.join(RUN_KINDS)}, got '{self.experiment}'")
+            raise ConfigError(f"sweep.experiment must be one of {', '.join(RUN_KINDS)}, got '{self.experiment}' (a "
+                              f"paper's kind comes with its plugin: `modformer list` names the papers installed)")
         if self.launcher not in LAUNCHERS:
             raise ConfigError(f"sweep.launcher must be one of {', '.join(LAUNCHERS)}, got '{self.launcher}'")
         if self.mode not in ("max", "min"):
             raise ConfigError(f"sweep.mode must be max or min, got '{self.mode}'")
+        if self.paper is not None:
+            check_paper(self.paper)
         kind = RUN_KINDS[self.experiment]
         for key, values in self.grid.items():
             if key in (kind.variant_key, kind.seed_key):

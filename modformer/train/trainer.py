@@ -27,6 +27,7 @@ from ..constructions import construction_label
 from ..errors import CheckpointError, ConfigError, Interrupted, ModformerError, TrainingDiverged
 from ..evaluate import checkpoint_file, evaluate
 from ..files import atomic_write_text, remove_stale_temporaries
+from ..installed_papers import paper_versions
 from ..lock import FolderLock, take_lock
 from ..precision import resolve_precision
 from ..registry import TASKS, VARIANTS
@@ -122,7 +123,7 @@ class Trainer(TrainingLoop):
         info_path = self.run_dir / "run.json"
         starts = json.loads(info_path.read_text()).get("starts", []) if self.resume and info_path.exists() else []
         starts.append({"command": self.command, "code_version": code_version(), "torch": torch.__version__,
-                       "machine": machine(), "parts": part_versions(self.cfg),
+                       "machine": machine(), "parts": part_versions(self.cfg), "papers": paper_versions(),
                        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
         atomic_write_text(info_path, json.dumps({"starts": starts}, indent=2) + "\n")
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from ...commands import Command, ReportWriter, describe_parser, register, register_report
+from ...commands import Command, ReportWriter, describe_parser
 from ...configtools import apply_override, describe, from_dict, key_lines
 from ...errors import ConfigError, ModformerError
 from ...files import atomic_write_text, output_folder
@@ -131,7 +131,6 @@ def _write(folder: Path) -> Path:
     return write_report(folder)
 
 
-register(Command("knowledge-pretrained", "the knowledge base on a pretrained Llama: compression ladder, fact "
-                                         "editing, repair", knowledge_pretrained_arguments,
-                 aliases=("kb-pretrained",)))
-register_report(ReportWriter("a pretrained knowledge-base experiment", _holds, _write))
+COMMAND = Command("knowledge-pretrained", "the knowledge base on a pretrained Llama: compression ladder, fact "
+                                          "editing, repair", knowledge_pretrained_arguments, aliases=("kb-pretrained",))
+REPORT = ReportWriter("a pretrained knowledge-base experiment", _holds, _write)

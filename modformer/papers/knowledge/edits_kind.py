@@ -38,7 +38,7 @@ import yaml
 from ...configtools import from_dict
 from ...errors import ModformerError
 from ...files import atomic_write_folder, atomic_write_text
-from ...sweep.kinds import RunKind, register_kind
+from ...sweep.kinds import RunKind
 from ...sweep.runner import read_results
 from ...version import code_version, machine
 from .edits import EditRunConfig, draw
@@ -149,9 +149,9 @@ def write_edits_sweep_report(sweep_dir: Path) -> Path:
                                 "sweep's commands in commands.txt")
 
 
-register_kind(RunKind(NAME, "methods", "seeds", lambda data: from_dict(EditRunConfig, data), _command, _describe,
-                      write_edits_sweep_report, check=_check, started=_started, variant_list=True, seed_list=True,
-                      threads_key="threads", files=("summary.json", "edits.jsonl", "config.yaml")))
+KIND = RunKind(NAME, "methods", "seeds", lambda data: from_dict(EditRunConfig, data), _command, _describe,
+               write_edits_sweep_report, check=_check, started=_started, variant_list=True, seed_list=True,
+               threads_key="threads", files=("summary.json", "edits.jsonl", "config.yaml"))
 
 
 def folder_as_sweep(folder: Path, config: Path, out: Path) -> Path:

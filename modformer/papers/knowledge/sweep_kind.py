@@ -26,7 +26,7 @@ from typing import Any
 from ...configtools import from_dict
 from ...errors import ModformerError
 from ...files import atomic_write_text
-from ...sweep.kinds import RunKind, register_kind
+from ...sweep.kinds import RunKind
 from ...sweep.runner import read_results
 from ...version import code_version, machine
 from .ladder import LadderConfig
@@ -82,6 +82,6 @@ def _point(record: dict[str, Any]) -> tuple:
     return (-record.get("n_entries", 0), -record.get("d_entry", 0))
 
 
-register_kind(RunKind("knowledge_ladder", "arms", "seed", lambda data: from_dict(LadderConfig, data), _command,
-                      _describe, write_ladder_sweep_report, variant_list=True, threads_key="threads",
-                      files=("summary.json", "ladder.jsonl", "config.yaml")))
+KIND = RunKind("knowledge_ladder", "arms", "seed", lambda data: from_dict(LadderConfig, data), _command, _describe,
+               write_ladder_sweep_report, variant_list=True, threads_key="threads",
+               files=("summary.json", "ladder.jsonl", "config.yaml"))

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from .config import LLMModulesConfig, load_llm_modules_config
-from ...commands import Command, ReportWriter, describe_parser, register, register_report
+from ...commands import Command, ReportWriter, describe_parser
 from ...configtools import describe, key_lines
 from ...errors import ModformerError
 
@@ -80,7 +80,9 @@ def _write(folder: Path) -> Path:
     return write_modules_report(folder)
 
 
-register(Command("llm-modules", "LLM Modules: a frozen teacher feeds a student through bridges; every arm x seed, "
-                                "one report", llm_modules_arguments, aliases=("modules",)))
-register(Command("modules-report", "", modules_report_arguments))  # old name of `modformer report DIR`
-register_report(ReportWriter("an LLM-Modules experiment", _holds, _write))
+COMMANDS = (
+    Command("llm-modules", "LLM Modules: a frozen teacher feeds a student through bridges; every arm x seed, "
+                           "one report", llm_modules_arguments, aliases=("modules",)),
+    Command("modules-report", "", modules_report_arguments),  # old name of `modformer report DIR`
+)
+REPORT = ReportWriter("an LLM-Modules experiment", _holds, _write)

@@ -27,7 +27,7 @@ from safetensors import SafetensorError, safe_open
 from ...configtools import from_dict
 from ...errors import ModformerError
 from ...files import atomic_write_text
-from ...sweep.kinds import RunKind, register_kind
+from ...sweep.kinds import RunKind
 from ...sweep.report import point_label
 from ...sweep.runner import read_results
 from .config import LLMModulesConfig
@@ -106,9 +106,8 @@ def write_sweep_report(sweep_dir: Path) -> Path:
     return path
 
 
-register_kind(RunKind("llm_modules", "arms", "seeds", lambda data: from_dict(LLMModulesConfig, data), _command,
-                      _describe, write_sweep_report, check=_check, started=_started, variant_list=True,
-                      seed_list=True))
+KIND = RunKind("llm_modules", "arms", "seeds", lambda data: from_dict(LLMModulesConfig, data), _command,
+               _describe, write_sweep_report, check=_check, started=_started, variant_list=True, seed_list=True)
 
 
 def folder_as_sweep(folder: Path, config: Path, out: Path) -> Path:

@@ -1,10 +1,16 @@
 """The random-attention paper (arXiv 2506.01115): its reference construction, the budgets of
 its reference scripts, the report sections that state a run's fraction of them, the task and
 report section of its Theorem 5.1 check (causal_regression, theorem51), and the reading of
-trained retrieval circuits (`modformer random-attention-circuits`)."""
+trained retrieval circuits (`modformer random-attention-circuits`).
 
-from ...commands import Command, register
-from . import causal_regression, construction, report, theorem51  # noqa: F401  (importing registers them)
+A plugin like any other: pyproject.toml's entry point `modformer.papers: random_attention`
+names `register` (modformer/plugins.py).
+"""
+
+from ...commands import Command
+from ...constructions import LEGACY
+from ...plugins import Paper
+from ...registry import TASKS
 
 
 def _circuits(p) -> None:
@@ -13,5 +19,19 @@ def _circuits(p) -> None:
     circuits_arguments(p)
 
 
-register(Command("random-attention-circuits", "how trained retrieval models answer: attention on the query, head "
-                                              "ablation, position knockout, activation patching", _circuits))
+def register(paper: Paper) -> None:
+    """What the paper adds to the library (modformer/plugins.py)."""
+    from .causal_regression import CausalRegression
+    from .construction import REFERENCE, read_older_configs
+    from .report import HEADING, construction_section, reference_mark
+    from .theorem51 import fit_error_section
+
+    paper.construction("reference", REFERENCE, alias="reference")
+    LEGACY.append(read_older_configs)
+    paper.part(TASKS, "causal_regression", CausalRegression)
+    paper.section(construction_section, printed=HEADING)
+    paper.section(fit_error_section)
+    paper.mark(reference_mark)
+    paper.command(Command("random-attention-circuits", "how trained retrieval models answer: attention on the query, "
+                                                       "head ablation, position knockout, activation patching",
+                          _circuits))

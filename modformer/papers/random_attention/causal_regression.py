@@ -41,7 +41,6 @@ import torch
 
 from ...configtools import option
 from ...errors import ConfigError
-from ...registry import TASKS
 from ...tasks.base import Batch, Task, TaskConfig
 
 REFERENCE_SEQUENCES = 8192  # the sample the standardisation is measured on
@@ -102,7 +101,6 @@ class RandomCausalNetwork:
         return ((self.raw(tokens) - self.mean) / self.std).astype(np.float32)
 
 
-@TASKS.register("causal_regression")
 class CausalRegression(Task):
     Config = CausalRegressionConfig
 

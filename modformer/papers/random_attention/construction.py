@@ -62,6 +62,7 @@ def reading(data: dict[str, Any], key: str) -> Any:
 
 DEPTH, MEMORIZE, LM_TRAINER, CLASSIFIER = "depth.py", "hdmemorize_exp.py", "trainer.py", "trainer_classifier.py"
 TRAINERS = (DEPTH, MEMORIZE, LM_TRAINER, CLASSIFIER)
+NAME = "random_attention.reference"  # the construction's registered name; `reference` finds it too
 # The reference trainer of each task; every other task is an algorithmic one (depth.py).
 # scripts/depth_array.sh runs hdmemorize_exp.py for memorization and depth.py for the rest.
 TRAINER_OF_TASK = {"memorization": MEMORIZE, "lm": LM_TRAINER, "sentiment": CLASSIFIER}
@@ -302,6 +303,12 @@ def fill_reference(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+def is_reference(model: dict[str, Any]) -> bool:
+    """Whether a raw or resolved model section names the reference construction (by its name,
+    `random_attention.reference`, or its alias `reference`)."""
+    return CONSTRUCTIONS.canonical(model.get("construction", "corrected")) == NAME
+
+
 def reference_model_config(variant: str, **model: Any) -> ModelConfig:
     """The model config of `variant` in the reference construction, with `model`'s keys set
     explicitly (e.g. sizes)."""
@@ -360,7 +367,7 @@ def construction_label(config: dict[str, Any]) -> str:
     (trainer_classifier.py, transformers v4.50 reading)', and for the commented-out
     initialisation, 'reference (depth.py, init 1/sqrt(width))'."""
     model = config.get("model") or {}
-    if model.get("construction", "corrected") != "reference":
+    if not is_reference(model):
         return "corrected"
     trainer = trainer_of(config)
     form = [trainer]
@@ -382,7 +389,7 @@ def read_older_configs(data: dict[str, Any], saved: bool) -> None:
     model = data.get("model")
     if not isinstance(model, dict):
         return
-    reference = model.get("construction") == "reference"
+    reference = is_reference(model)
     for old, new in (("reference_transformers", "transformers"), ("reference_init", "init")):
         if old in model:
             value = model.pop(old)
@@ -398,8 +405,8 @@ def read_older_configs(data: dict[str, Any], saved: bool) -> None:
             mixing.setdefault("extra_positions", 0)
 
 
-CONSTRUCTIONS.register("reference")(Construction(
+# Registered by the paper's `register` as `random_attention.reference`, `reference` its alias.
+REFERENCE = Construction(
     "the random-attention paper's reference code (princeton-pli/MixiT): its models and optimizer for each variant "
     "and task (docs/papers/random-attention.md, 'The reference construction')",
-    fill_reference, construction_label, ReferenceOptions, paper="random_attention"))
-LEGACY.append(read_older_configs)
+    fill_reference, construction_label, ReferenceOptions)

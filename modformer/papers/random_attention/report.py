@@ -10,7 +10,6 @@ from typing import Any
 
 from ...constructions import construction_label, read_older
 from ...sweep.runner import run_config
-from ...sweep.sections import MARKS, PRINTED, SECTIONS
 from .budget import PAPER_TASKS, REFERENCE_WIDTH, budget, budget_text, reference_budget
 from .construction import task_name
 
@@ -56,7 +55,3 @@ def reference_mark(config: dict[str, Any], axis: str) -> tuple[float, str] | Non
     ref = reference_budget(config)
     return None if ref is None else (ref.amount, f"{ref.script}'s {ref.unit} (~{ref.amount:.3g})")
 
-
-SECTIONS.setdefault("random_attention", []).append(construction_section)
-MARKS["random_attention"] = reference_mark
-PRINTED.append(HEADING)

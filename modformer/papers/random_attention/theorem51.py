@@ -10,7 +10,6 @@ from typing import Any
 
 from ...figures import plt, save_figure
 from ...stats import summarize
-from ...sweep.sections import SECTIONS
 
 HEADING = "## Theorem 5.1: test fit_error per grid point"
 HEADS = "model.n_heads"
@@ -80,5 +79,3 @@ def _plot(path: Path, table, others: list[str], variants: list[str], floor: floa
     fig.tight_layout()
     save_figure(fig, path)
 
-
-SECTIONS.setdefault("random_attention", []).append(fit_error_section)
