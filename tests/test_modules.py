@@ -18,7 +18,7 @@ from modformer.interop.teacher import Teacher
 from modformer.papers.llm_modules.texts import arithmetic_answer, arithmetic_items, load_corpus, split_items, worked_sum
 from modformer.errors import ConfigError
 from modformer.tasks.base import IGNORE
-from modules_fixtures import tiny_config
+from modules_fixtures import report_of, run_arms, tiny_config
 
 @pytest.fixture(scope="module")
 def prepared(tiny_teacher, tmp_path_factory):
@@ -160,76 +160,58 @@ def test_generation_reads_the_same_teacher_states_as_a_full_forward_pass(prepare
     assert torch.allclose(uneven[1, :3], whole[0, :3], atol=1e-5) and not uneven[1, 3:].any()
 
 
-def test_experiment_runs_reports_and_continues_without_redoing_runs(tiny_teacher, tmp_path, monkeypatch):
+def test_runs_report_and_continue_without_redoing(tiny_teacher, tmp_path, monkeypatch):
     from modformer.papers.llm_modules.experiment import LLMModulesExperiment
-    from modformer.papers.llm_modules.report import write_modules_report
 
     monkeypatch.setenv("MODFORMER_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "out"
-    results = LLMModulesExperiment(tiny_config(tiny_teacher, "arms=[teacher,leaky]"), out, echo=lambda *_: None).run()
+    cfg = tiny_config(tiny_teacher, "arms=[teacher,leaky]")
+    results = run_arms(cfg, out)
     assert [(r["arm"], r["seed"]) for r in results] == [("teacher", 0), ("leaky", 0)]
-    split = json.loads((out / "split.json").read_text())
+    split = json.loads((out / "teacher" / "seed0" / "split.json").read_text())
     assert not set(split["train"]) & set(split["held_out"])
     assert all(0 <= r["held_out_exact"] <= 1 and len(r["held_out_answers"]) == len(split["held_out"]) for r in results)
-    report = write_modules_report(out).read_text()
+    report = report_of(cfg, out, results)
     assert "| teacher | 1 |" in report and "| leaky | 1 |" in report and "leaky - causal" in report
     from modformer.version import code_version, machine
     assert all(r["code_version"] == code_version() and r["machine"] == machine() for r in results)
     assert f"Code: {code_version()}; machine: {machine()}." in report  # what made the figures, named
-    assert not list(out.glob("runs/*/*/checkpoint.safetensors"))  # finished runs keep no checkpoint
-    done = (out / "runs" / "teacher" / "seed_0" / "summary.json").stat().st_mtime_ns
-    more = LLMModulesExperiment(tiny_config(tiny_teacher, "arms=[teacher]", "seeds=[0,1]"), out, echo=lambda *_: None).run()
-    assert [(r["arm"], r["seed"]) for r in more] == [("teacher", 0), ("teacher", 1)]
-    assert (out / "runs" / "teacher" / "seed_0" / "summary.json").stat().st_mtime_ns == done  # not redone
-    saved = yaml.safe_load((out / "config.yaml").read_text())
+    assert not list(out.glob("*/*/checkpoint.safetensors"))  # finished runs keep no checkpoint
+    run = out / "teacher" / "seed0"
+    done = (run / "summary.json").stat().st_mtime_ns
+    one = tiny_config(tiny_teacher, "arms=[teacher]")
+    assert LLMModulesExperiment(one, run, echo=lambda *_: None).run_one() == results[0]
+    assert (run / "summary.json").stat().st_mtime_ns == done  # not redone
+    (run / "summary.json").unlink()  # as if stopped before its end: the same config continues it
+    saved = yaml.safe_load((run / "config.yaml").read_text())
     del saved["data"]["corpus_column"]  # as an older modformer wrote it: the field at its default is no change
-    (out / "config.yaml").write_text(yaml.safe_dump(saved))
-    LLMModulesExperiment(tiny_config(tiny_teacher, "arms=[teacher]"), out, echo=lambda *_: None).run()
+    (run / "config.yaml").write_text(yaml.safe_dump(saved))
     with pytest.raises(Exception, match="another config"):
-        LLMModulesExperiment(tiny_config(tiny_teacher, "train.steps=4"), out, echo=lambda *_: None).run()
+        LLMModulesExperiment(tiny_config(tiny_teacher, "arms=[teacher]", "train.steps=4"), run,
+                             echo=lambda *_: None).run_one()
+    with pytest.raises(Exception, match="another config"):  # another arm is another run
+        LLMModulesExperiment(tiny_config(tiny_teacher, "arms=[leaky]"), run, echo=lambda *_: None).run_one()
     split["train"][0] = "The capital of Nowhere is Elsewhere"  # as if made by another version of the task
-    (out / "split.json").write_text(json.dumps(split))
+    (run / "split.json").write_text(json.dumps(split))
     with pytest.raises(Exception, match="other task texts"):
-        LLMModulesExperiment(tiny_config(tiny_teacher, "arms=[teacher]"), out, echo=lambda *_: None).run()
+        LLMModulesExperiment(one, run, echo=lambda *_: None).run_one()
 
 
-def test_a_second_experiment_in_a_busy_folder_is_refused_before_it_writes(tiny_teacher, tmp_path, monkeypatch):
+def test_a_second_process_on_a_busy_run_folder_is_refused_before_it_writes(tiny_teacher, tmp_path, monkeypatch):
     from modformer.papers.llm_modules.experiment import LOCK_FILE, LLMModulesExperiment
     from modformer.lock import FolderBusy, take_lock
 
     monkeypatch.setenv("MODFORMER_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "out"
     out.mkdir()
-    with take_lock(out / LOCK_FILE, wait=False):  # as a running `modformer modules` holds it
-        with pytest.raises(FolderBusy, match="one `modformer llm-modules` per experiment folder"):
-            LLMModulesExperiment(tiny_config(tiny_teacher, "arms=[teacher]"), out, echo=lambda *_: None).run()
+    cfg = tiny_config(tiny_teacher, "arms=[teacher]")
+    with take_lock(out / LOCK_FILE, wait=False):  # as a running run holds it
+        with pytest.raises(FolderBusy, match="one process per run folder"):
+            LLMModulesExperiment(cfg, out, echo=lambda *_: None).run_one()
         assert sorted(p.name for p in out.iterdir()) == [LOCK_FILE]  # nothing written
-    results = LLMModulesExperiment(tiny_config(tiny_teacher, "arms=[teacher]"), out, echo=lambda *_: None).run()
-    assert [(r["arm"], r["seed"]) for r in results] == [("teacher", 0)]  # released: the folder runs
-    assert (out / LOCK_FILE).read_text() == ""  # and the experiment left it released
-
-
-def test_a_folder_an_older_modformer_ran_is_locked_under_its_old_lock_name_too(tiny_teacher, tmp_path):
-    from modformer.papers.llm_modules.experiment import LOCK_FILE, OLD_LOCK_FILE, LLMModulesExperiment
-    from modformer.lock import FolderBusy, take_lock
-
-    fresh = LLMModulesExperiment(tiny_config(tiny_teacher, "arms=[teacher]"), tmp_path / "fresh", echo=lambda *_: None)
-    with fresh._locked():
-        assert sorted(p.name for p in fresh.out.iterdir()) == [LOCK_FILE]  # a new folder gets the new name only
-    out = tmp_path / "old"
-    out.mkdir()
-    (out / OLD_LOCK_FILE).write_text("")  # released, as an older modformer left it
-    experiment = LLMModulesExperiment(tiny_config(tiny_teacher, "arms=[teacher]"), out, echo=lambda *_: None)
-    with take_lock(out / OLD_LOCK_FILE, wait=False):  # that modformer, still running here
-        with pytest.raises(FolderBusy, match="one `modformer llm-modules` per experiment folder"):
-            experiment.run()
-        assert sorted(p.name for p in out.iterdir()) == [OLD_LOCK_FILE]  # nothing written
-    with experiment._locked():
-        for name in (LOCK_FILE, OLD_LOCK_FILE):  # this one holds both: an older one is refused too
-            with pytest.raises(FolderBusy):
-                take_lock(out / name, wait=False)
-    for name in (LOCK_FILE, OLD_LOCK_FILE):  # and gives both back
-        take_lock(out / name, wait=False).release()
+    result = LLMModulesExperiment(cfg, out, echo=lambda *_: None).run_one()
+    assert (result["arm"], result["seed"]) == ("teacher", 0)  # released: the run trains
+    assert (out / LOCK_FILE).read_text() == ""  # and left it released
 
 
 def test_a_corpus_of_conversations_is_read_as_turns(tiny_teacher, tmp_path, monkeypatch):
@@ -257,16 +239,24 @@ def test_bad_configs_are_refused_with_the_key_named(tiny_teacher):
         tiny_config(tiny_teacher, "data.loss_on=everything")
 
 
-def test_cli_reports_a_missing_corpus_in_one_line(tiny_teacher, tmp_path, monkeypatch, capsys):
+def test_cli_reports_a_missing_corpus_in_one_line_and_runs_the_arms_as_a_sweep(tiny_teacher, tmp_path, monkeypatch,
+                                                                              capsys):
     from modformer.cli import main
 
     monkeypatch.setenv("MODFORMER_CACHE", str(tmp_path / "cache"))
     cfg = tmp_path / "exp.yaml"
-    cfg.write_text(tiny_config(tiny_teacher, f"data.corpus={tmp_path / 'nope.txt'}").to_yaml())
-    assert main(["modules", str(cfg), "--out", str(tmp_path / "out")]) == 2
+    cfg.write_text(tiny_config(tiny_teacher, f"data.corpus={tmp_path / 'nope.txt'}", "arms=[alone]").to_yaml())
+    assert main(["modules", str(cfg), "--out", str(tmp_path / "run"), "--one-run"]) == 2
     assert "no such file" in capsys.readouterr().err
     cfg.write_text(tiny_config(tiny_teacher, "arms=[alone]").to_yaml())  # corrected: the same folder takes it
-    assert main(["modules", str(cfg), "--out", str(tmp_path / "out")]) == 0
+    assert main(["modules", str(cfg), "--out", str(tmp_path / "run"), "--one-run"]) == 0
+    # without --one-run: the sweep of the config's arms and seeds, a sweep folder like any other
+    assert main(["llm-modules", str(cfg), "--out", str(tmp_path / "sweep")]) == 0
+    record = json.loads((tmp_path / "sweep" / "results.jsonl").read_text().splitlines()[-1])
+    assert record["run_id"] == "alone/default/seed0" and record["status"] == "done"
+    assert record["summary"] == json.loads((tmp_path / "run" / "summary.json").read_text()) | {
+        k: record["summary"][k] for k in ("seconds",)}
+    assert "| alone | 1 |" in (tmp_path / "sweep" / "report.md").read_text()
 
 
 def test_worked_sums_and_a_split_that_holds_out_operand_values():
@@ -284,11 +274,10 @@ def test_worked_sums_and_a_split_that_holds_out_operand_values():
 def test_the_packaged_teacher_runs_every_arm(tmp_path):
     """A few steps of every arm with SmolLM2-135M-Instruct (MODFORMER_TEACHER=1 bash scripts/setup.sh)."""
     pytest.importorskip("gguf")
-    from modformer.papers.llm_modules.experiment import LLMModulesExperiment
 
     cfg = load_llm_modules_config("configs/experiments/llm_modules_facts.yaml",
                                   ["train.steps=4", "train.eval_every=2", "data.corpus_rows=50", "seeds=[0]"])
-    results = LLMModulesExperiment(cfg, tmp_path / "out", echo=lambda *_: None).run()
+    results = run_arms(cfg, tmp_path / "out")
     assert [r["arm"] for r in results] == cfg.arms == [a for a in ARMS if a != "scratch"]
     assert all(len(r["held_out_answers"]) > 30 for r in results)
 

@@ -15,7 +15,7 @@ from modformer.papers.llm_modules.generation import LiveTeacher
 from modformer.data.alignment import causal_visibility
 from modformer.interop.teacher import Teacher
 from modformer.errors import ConfigError, ModformerError
-from modules_fixtures import tiny_config
+from modules_fixtures import report_of, run_arms, tiny_config
 
 transformers = pytest.importorskip("transformers")
 
@@ -186,24 +186,27 @@ def test_distill_caches_the_final_layer_when_no_bridge_reads_it(tiny_teacher, tm
 
 def test_experiment_with_two_layers_runs_every_arm_and_says_so(tiny_teacher, tmp_path, monkeypatch):
     from modformer.papers.llm_modules.experiment import LLMModulesExperiment
-    from modformer.papers.llm_modules.report import write_modules_report
 
     monkeypatch.setenv("MODFORMER_CACHE", str(tmp_path / "cache"))
     lines = []
-    results = LLMModulesExperiment(tiny_config(tiny_teacher, *LAYERS), tmp_path / "out", echo=lines.append).run()
+    cfg = tiny_config(tiny_teacher, *LAYERS)
+    results = run_arms(cfg, tmp_path / "out", echo=lines.append)
     assert [r["arm"] for r in results] == ["alone", "teacher", "random_teacher", "distill", "leaky"]
     assert {n.split(".")[1] for n in results[1]["trainable"]["names"] if n.startswith("bridges.")} == {"input",
                                                                                                        "block_1"}
     assert any("(layers 1 at input, -1 at block_1)" in line for line in lines)
-    assert "(layers 1 at input, -1 at block_1)" in write_modules_report(tmp_path / "out").read_text()
-    # Other layers make another experiment; the same layers written another way do not.
+    assert "(layers 1 at input, -1 at block_1)" in report_of(cfg, tmp_path / "out", results)
+    # Other layers make another run; the same layers written another way do not.
     one_layer = ["bridge.places=[input,block_1]", "teacher.layer=1", "arms=[alone]"]
+    run = tmp_path / "out" / "alone" / "seed0"
+    (run / "summary.json").unlink()  # as if stopped: what may continue it is the same config alone
     with pytest.raises(ModformerError, match="another config"):  # block_1 read -1 there
-        LLMModulesExperiment(tiny_config(tiny_teacher, *one_layer), tmp_path / "out", echo=lambda *_: None).run()
-    LLMModulesExperiment(tiny_config(tiny_teacher, *one_layer), tmp_path / "other", echo=lambda *_: None).run()
+        LLMModulesExperiment(tiny_config(tiny_teacher, *one_layer), run, echo=lambda *_: None).run_one()
+    LLMModulesExperiment(tiny_config(tiny_teacher, *one_layer), tmp_path / "other", echo=lambda *_: None).run_one()
+    (tmp_path / "other" / "summary.json").unlink()
     again = LLMModulesExperiment(tiny_config(tiny_teacher, *one_layer[::2], "bridge.teacher_layers=[1,1]"),
-                              tmp_path / "other", echo=lambda *_: None).run()
-    assert [r["arm"] for r in again] == ["alone"]
+                                 tmp_path / "other", echo=lambda *_: None).run_one()
+    assert again["arm"] == "alone"
 
 
 def test_bad_layer_choices_are_refused_before_any_work(tiny_teacher, tmp_path, monkeypatch):

@@ -129,8 +129,9 @@ def test_stratos_rows_become_problems_held_out_whole_with_their_boxed_answers(tm
 
 
 def test_the_paper_setting_runs_offline_on_a_tiny_qwen2_and_gpt_neo(paper_setting, tmp_path, monkeypatch):
-    """`modformer modules` on the paper's config: every arm trains and is reported; problems are
-    held out whole; the bridge is causal across the two tokenizers; the teacher stays frozen."""
+    """`modformer modules` on the paper's config (a sweep of its arms): every arm trains and is
+    reported; problems are held out whole; the bridge is causal across the two tokenizers; the
+    teacher stays frozen."""
     from modformer.papers.llm_modules.experiment import LLMModulesExperiment
     from modformer.cli import main
 
@@ -140,25 +141,27 @@ def test_the_paper_setting_runs_offline_on_a_tiny_qwen2_and_gpt_neo(paper_settin
     assert main(["modules", CONFIG, *overrides, "--out", str(out)]) == 0
 
     cfg = load_llm_modules_config(CONFIG, overrides)
-    split = json.loads((out / "split.json").read_text())
+    runs = {arm: out / "runs" / arm / "default" / "seed0" for arm in cfg.arms}
+    split = json.loads((runs[cfg.arms[0]] / "split.json").read_text())
     def problems(texts):
         return {t.split("\n\nAssistant:")[0] for t in texts}
 
     assert split["items"] == len(stratos_rows()) - 1  # the long problem does not fit in 100 student tokens
     assert not problems(split["train"]) & problems(split["held_out"])
-    saved = yaml.safe_load((out / "config.yaml").read_text())
+    saved = yaml.safe_load((runs[cfg.arms[0]] / "config.yaml").read_text())
     assert saved["train"]["steps"] == math.ceil(len(split["train"]) / 2) and saved["train"]["epochs"] == 1
     report = (out / "report.md").read_text()
     assert "(1 epochs)" in report and "its own tokenizer" in report
     for arm in cfg.arms:
-        summary = json.loads((out / "runs" / arm / "seed_0" / "summary.json").read_text())
-        records = [json.loads(line) for line in (out / "runs" / arm / "seed_0" / "metrics.jsonl").read_text().splitlines()]
+        assert json.loads((runs[arm] / "split.json").read_text()) == split  # every arm, the same items
+        summary = json.loads((runs[arm] / "summary.json").read_text())
+        records = [json.loads(line) for line in (runs[arm] / "metrics.jsonl").read_text().splitlines()]
         assert [r["step"] for r in records if r["kind"] == "train"][-1] == saved["train"]["steps"], arm
         assert math.isfinite(summary["held_out_answer_loss"]) and 0 <= summary["held_out_exact"] <= 1
         assert f"| {arm} | 1 |" in report
 
-    # The same folder prepared again (its config and split unchanged, the states cached).
-    exp = LLMModulesExperiment(cfg, out, echo=lambda *_: None)
+    # Prepared again in this process (the same split, the states cached).
+    exp = LLMModulesExperiment(cfg, tmp_path / "again", echo=lambda *_: None)
     exp.prepare()
     assert isinstance(exp.pairing, TwoTokenizers) and exp.cfg.train.steps == saved["train"]["steps"]
     assert type(exp.teacher.model).__name__ == "Qwen2ForCausalLM"

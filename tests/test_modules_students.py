@@ -16,7 +16,7 @@ from modformer.interop.teacher import Teacher
 from modformer.data.tokenizer import train_bpe
 from modformer.errors import ConfigError
 from modformer.model.hooks import capture, hook_names
-from modules_fixtures import CORPUS, tiny_config
+from modules_fixtures import CORPUS, report_of, run_arms, tiny_config
 
 transformers = pytest.importorskip("transformers")
 
@@ -102,12 +102,10 @@ def test_the_bridge_is_causal_and_the_leaky_one_is_not(tiny_teacher, tmp_path, m
 
 
 def test_own_tokenizer_experiment_runs_the_arms_it_allows(tiny_teacher, tmp_path, monkeypatch):
-    from modformer.papers.llm_modules.experiment import LLMModulesExperiment
-
     monkeypatch.setenv("MODFORMER_CACHE", str(tmp_path / "cache"))
     cfg = tiny_config(tiny_teacher, *OWN)
     assert cfg.arms == ["alone", "teacher", "random_teacher", "leaky"]  # no distill across vocabularies
-    results = LLMModulesExperiment(cfg, tmp_path / "out", echo=lambda *_: None).run()
+    results = run_arms(cfg, tmp_path / "out")
     assert [r["arm"] for r in results] == cfg.arms
     assert all(0 <= r["held_out_exact"] <= 1 and r["held_out_answers"] for r in results)
 
@@ -151,11 +149,9 @@ def test_hugging_face_student_fine_tunes_its_weights_and_scratch_starts_fresh(ti
 
 
 def test_hugging_face_student_experiment_runs_end_to_end(tiny_teacher, hf_student, tmp_path, monkeypatch):
-    from modformer.papers.llm_modules.experiment import LLMModulesExperiment
-
     monkeypatch.setenv("MODFORMER_CACHE", str(tmp_path / "cache"))
     cfg = tiny_config(tiny_teacher, f"student.model={hf_student}", "arms=[scratch,teacher]")
-    results = LLMModulesExperiment(cfg, tmp_path / "out", echo=lambda *_: None).run()
+    results = run_arms(cfg, tmp_path / "out")
     assert [r["arm"] for r in results] == ["scratch", "teacher"]
     assert all(len(r["held_out_answers"]) == len(results[0]["held_out_answers"]) > 0 for r in results)
 
@@ -179,7 +175,6 @@ def test_a_modformer_model_pretrained_here_is_exported_and_fine_tuned_as_a_stude
     exported with `modformer convert --to ffn --hf` (its tokenizer copied), read by
     `modformer modules` as a pretrained Hugging Face student with its own tokenizer."""
     from modformer.papers.llm_modules.experiment import LLMModulesExperiment
-    from modformer.papers.llm_modules.report import write_modules_report
     from modformer.cli import main
     from modformer.config import load_config
     from modformer.train.trainer import Trainer
@@ -201,9 +196,9 @@ def test_a_modformer_model_pretrained_here_is_exported_and_fine_tuned_as_a_stude
     exported = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "student").state_dict()
     alone = ArmRun(cfg, ARMS["alone"], 0, experiment.data, experiment.teacher, experiment.pairing)
     assert all(torch.equal(exported[k], v) for k, v in alone.model.model.state_dict().items())
-    results = experiment.run()
+    results = run_arms(cfg, tmp_path / "runs")
     assert [r["arm"] for r in results] == ["alone", "scratch"]
-    report = write_modules_report(tmp_path / "out").read_text()
+    report = report_of(cfg, tmp_path / "runs", results)
     assert "(pretrained, fine-tuned), reading with its own tokenizer" in report and "fine-tuned - scratch" in report
 
 
@@ -275,8 +270,8 @@ def test_a_bridge_the_student_cannot_take_fails_before_any_arm_trains(tiny_teach
     monkeypatch.setenv("MODFORMER_CACHE", str(tmp_path / "cache"))
     cfg = tmp_path / "exp.yaml"
     cfg.write_text(tiny_config(tiny_teacher, "bridge.places=[block_9]", "arms=[alone,teacher]").to_yaml())
-    assert main(["modules", str(cfg), "--out", str(tmp_path / "out")]) == 2
-    assert "bridge: bridge place must be" in capsys.readouterr().err
+    assert main(["llm-modules", str(cfg), "--out", str(tmp_path / "out")]) == 2
+    assert "bridge.places: 'block_9' is no place of a 2-block student" in capsys.readouterr().err
     assert not (tmp_path / "out" / "runs").exists()
 
 

@@ -9,7 +9,7 @@ import yaml
 
 from modformer.cli import main
 from modformer.sweep.spec import load_sweep
-from modules_fixtures import tiny_config
+from modules_fixtures import run_arms, tiny_config
 
 UNTIMED = {"seconds", "held_out_answers"}  # wall time; the answers are compared on their own
 
@@ -22,21 +22,18 @@ def sweep_file(tmp_path, tiny_teacher, **sweep):
     return path
 
 
-@pytest.mark.slow  # two worker processes and a one-folder experiment: about a minute on 2 cores
-def test_the_arms_as_a_sweep_give_the_experiment_folders_results(tiny_teacher, tmp_path, monkeypatch, capsys):
-    """Two arms as two worker processes: each run's summary equals the same arm and seed run
-    by `modformer llm-modules` in one folder (but for the time taken), the report is the
-    experiment's, `--status` names each run's outcome, and a second call trains nothing."""
-    from modformer.papers.llm_modules.experiment import LLMModulesExperiment
-
+@pytest.mark.slow  # two worker processes and the same runs in this one: about a minute on 2 cores
+def test_the_arms_as_a_sweep_give_the_runs_results(tiny_teacher, tmp_path, monkeypatch, capsys):
+    """Two arms as two worker processes: each run's summary equals the same arm and seed
+    trained in this process (but for the time taken), the report is the experiment's,
+    `--status` names each run's outcome, and a second call trains nothing."""
     monkeypatch.setenv("MODFORMER_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "sweep"
     assert main(["sweep", str(sweep_file(tmp_path, tiny_teacher)), "--out", str(out)]) == 0
     records = {r["run_id"]: r for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
     assert set(records) == {"alone/default/seed0", "teacher/default/seed0"}
     assert all(r["status"] == "done" for r in records.values())
-    folder = LLMModulesExperiment(tiny_config(tiny_teacher, "arms=[alone,teacher]"), tmp_path / "folder",
-                               echo=lambda *_: None).run()
+    folder = run_arms(tiny_config(tiny_teacher, "arms=[alone,teacher]"), tmp_path / "folder")
     for alone in folder:
         swept = records[f"{alone['arm']}/default/seed0"]["summary"]
         assert {k: v for k, v in swept.items() if k not in UNTIMED} == \

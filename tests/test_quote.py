@@ -139,11 +139,13 @@ def test_a_bimodal_outcome_is_quoted_as_a_success_rate_with_its_wilson_interval(
     assert_refused(tmp_path, "sweep mixit test.accuracy %1 above=most", "above= takes a number")
 
 
-def test_an_llm_modules_experiment_is_quoted_by_arm(tmp_path):
-    """`modformer modules` writes one results.jsonl line per arm and seed, no run ids or grid."""
+def test_an_llm_modules_sweep_is_quoted_by_arm(tmp_path):
+    """An LLM-Modules sweep's arms are its variants, its summaries fields of their own."""
     out = tmp_path / "facts"
     out.mkdir()
-    rows = [{"arm": arm, "seed": seed, "held_out_exact": exact, "held_out_answer_loss": 9.0 - exact * 10}
+    rows = [{"run_id": f"{arm}/default/seed{seed}", "variant": arm, "point": {}, "seed": seed, "status": "done",
+             "run_dir": f"runs/{arm}/default/seed{seed}",
+             "summary": {"arm": arm, "seed": seed, "held_out_exact": exact, "held_out_answer_loss": 9.0 - exact * 10}}
             for arm, exacts in (("teacher", [0.02, 0.0, 0.05]), ("random_teacher", [0.0, 0.0, 0.02]))
             for seed, exact in enumerate(exacts)]
     (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))

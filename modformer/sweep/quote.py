@@ -30,8 +30,8 @@ then describe the per-seed differences, and both settings must hold the same see
 
     <!--q lm_reference mixit test.loss .2 mean minus standard-->0.09<!--/q-->
 
-An LLM-Modules experiment folder (`modformer llm-modules`: one `results.jsonl` line per arm and
-seed) is read the same way, its arms in the place of variants and no grid:
+A sweep of another kind of run is read the same way: an LLM-Modules sweep's arms are its
+variants:
 
     <!--q facts teacher held_out_exact %1 ci minus random_teacher-->1.5% ± 1.3 [-1.7, 4.8]<!--/q-->
 
@@ -118,12 +118,8 @@ def _metric(run: dict[str, Any], path: str, folder: Path) -> float:
 
 
 def _read_runs(folder: Path) -> list[dict[str, Any]]:
-    """The finished runs of a sweep folder; or of an LLM-Modules experiment folder, whose
-    `results.jsonl` holds one summary per arm and seed, as runs with the arm as variant."""
-    rows = list(read_records(folder / "results.jsonl"))
-    if rows and "arm" in rows[0] and "run_id" not in rows[0]:
-        return [{"run_id": f"{r['arm']}/seed_{r['seed']}", "variant": r["arm"], "point": {}, "seed": r["seed"],
-                 "status": "done", "run_dir": f"runs/{r['arm']}/seed_{r['seed']}", "summary": r} for r in rows]
+    """The finished runs of a sweep folder (every kind of run's: an LLM-Modules sweep's arms
+    are its variants)."""
     return [r for r in read_results(folder).values() if r["status"] == "done"]
 
 

@@ -1,25 +1,20 @@
-"""`modformer llm-modules`: every arm x every seed of an LLM-Modules experiment, in one folder.
+"""One run of an LLM-Modules experiment: one arm and one seed, trained in its own folder as one
+run of a sweep (`sweep.experiment: llm_modules`; the kind's command is `modformer llm-modules
+CONFIG --out RUN --one-run`).
 
-    OUT/config.yaml             the resolved config
-    OUT/split.json              the task's training and held-out items (and what the teacher knew)
-    OUT/student_tokenizer/      the student's BPE, when student.tokenizer is bpe:N
-    OUT/runs/ARM/seed_S/        metrics.jsonl and summary.json of each run (and, while it trains,
-                                checkpoint.safetensors: a stopped run continues from there)
-    OUT/results.jsonl           one line per finished run
-    OUT/report.md, curves.png   written by `report.write_modules_report`
-    OUT/llm_modules.lock        held while an experiment runs here (modformer/lock.py); a folder
-                                an older modformer ran holds its modules.lock too, taken as well
+    RUN/config.yaml             the resolved config (one arm, one seed)
+    RUN/split.json              the task's training and held-out items (and what the teacher knew)
+    RUN/student_tokenizer/      the student's BPE, when student.tokenizer is bpe:N
+    RUN/metrics.jsonl           what it logged
+    RUN/checkpoint.safetensors  while it trains: a stopped run continues from there
+    RUN/summary.json            written last: the run is done
+    RUN/llm_modules.lock        held while the run trains (modformer/lock.py)
 
-As one run of a sweep (`sweep.experiment: llm_modules`, `modformer llm-modules CONFIG --out
-RUN --one-run`), the config names one arm and one seed, and the run's metrics.jsonl,
-checkpoint.safetensors and summary.json are in OUT itself.
-
-One `modformer llm-modules` at a time per folder: a second is refused at once, before it writes
-anything, naming the first (two would train the same arm and seed into the same files).
-A finished run (its summary.json exists) is never redone and a stopped one continues from its
-last checkpoint: run the same command again to continue a stopped experiment. Teacher
-states are cached once per (teacher, layer, texts)
-under the modformer cache folder and shared by every arm, seed and later experiment.
+One process at a time per run folder: a second is refused at once, before it writes
+anything, naming the first. A finished run (its summary.json exists) is never redone and a
+stopped one continues from its last checkpoint. Teacher states are cached once per
+(teacher, layer, texts) under the modformer cache folder and shared by every arm, seed and
+later experiment.
 """
 
 from __future__ import annotations
@@ -29,7 +24,6 @@ import json
 import math
 import random
 import time
-from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -41,12 +35,12 @@ from ...configtools import from_dict, to_dict
 from ...data.tokenizer import TextTokenizer, load_tokenizer, train_bpe
 from ...errors import ModformerError
 from ...files import atomic_write_folder, atomic_write_text, cache_root, output_folder
-from ...lock import take_lock
+from ...lock import FolderLock, take_lock
 from ...precision import resolve_precision
 from ...train.checkpoint import read_checkpoint
 from ...train.loop import resolve_device
 from ...train.records import MetricsLog
-from .arm_run import TeacherParts, build_student, run_arm
+from .arm_run import TeacherParts, run_arm
 from .arms import ARMS
 from ...interop.teacher_cache import TeacherStateCache, fingerprint
 from .dataset import LLMModulesData, Vocabulary, encode_corpus, encode_items
@@ -60,14 +54,13 @@ from ...interop.teacher import Teacher
 from .texts import EXTRACT, arithmetic_items, fact_items, load_corpus, split_items
 
 EVAL_ITEMS = 200  # training (and arithmetic held-out) items whose generated answers are scored
-LOCK_FILE = "llm_modules.lock"  # held by the one process running an experiment folder
-OLD_LOCK_FILE = "modules.lock"  # its earlier name, held by an older modformer still running a folder
+LOCK_FILE = "llm_modules.lock"  # held by the one process training a run folder
 
 
 def _comparable(cfg: LLMModulesConfig) -> dict[str, Any]:
-    """What must not change in a folder: all but the arms and seeds (more may be added to a
-    stopped or finished experiment), the layers read compared per bridge however written."""
-    out = {k: v for k, v in to_dict(cfg).items() if k not in ("arms", "seeds")}
+    """What must not change in a run's folder: its whole config, the layers read compared per
+    bridge however written."""
+    out = to_dict(cfg)
     out["teacher"]["layer"], out["bridge"]["teacher_layers"] = None, list(cfg.place_layers.values())
     if cfg.train.epochs is not None:  # the steps follow from the epochs (the saved config holds them resolved)
         out["train"]["steps"] = None
@@ -83,8 +76,8 @@ class LLMModulesExperiment:
         return resolve_device(self.cfg.teacher.device or self.cfg.train.device)
 
     def _started(self) -> bool:
-        """Whether any run has begun here (before that, a failed start leaves nothing to keep)."""
-        return (self.out / "metrics.jsonl").is_file() or any((self.out / "runs").glob("*/seed_*/metrics.jsonl"))
+        """Whether the run has begun here (before that, a failed start leaves nothing to keep)."""
+        return (self.out / "metrics.jsonl").is_file()
 
     def _check_folder(self) -> None:
         saved = self.out / "config.yaml"
@@ -270,11 +263,6 @@ class LLMModulesExperiment:
                             round_bf16=cfg.teacher.cache_dtype == "bf16",
                             mean=torch.stack(mean), std=torch.stack(std))
 
-    def run(self) -> list[dict[str, Any]]:
-        """Every (arm, seed) not yet finished; returns every finished run's result."""
-        with self._locked():
-            return self._run()
-
     def run_one(self) -> dict[str, Any]:
         """The config's one arm and seed, trained (or continued) in the folder itself, as a
         sweep's run: returns its result (summary.json)."""
@@ -287,32 +275,12 @@ class LLMModulesExperiment:
             self.prepare()
             return self._train_one(self.cfg.arms[0], self.cfg.seeds[0], self.out)
 
-    def _locked(self) -> ExitStack:
-        """The folder's lock, and its old lock file's where an older modformer left one (that
-        modformer, still running here, holds only the old one); refused at once if either is held."""
+    def _locked(self) -> FolderLock:
+        """The run folder's lock; refused at once where another process holds it."""
         output_folder(self.out)
-        busy = (f"{self.out} is being run by {{holder}}: one `modformer llm-modules` per experiment folder (lock "
-                f"file {{path}}); wait for it to end or stop it, or choose another --out")
-        with ExitStack() as locks:
-            for name in (OLD_LOCK_FILE, LOCK_FILE):  # the old first: refused there, nothing new is made
-                if name == LOCK_FILE or (self.out / name).is_file():
-                    locks.callback(take_lock(self.out / name, wait=False, busy=busy).release)
-            return locks.pop_all()
-
-    def _run(self) -> list[dict[str, Any]]:
-        self.prepare()
-        bridged = [a for a in self.cfg.arms if ARMS[a].bridged]
-        if bridged:  # a bridge that cannot be built fails now, not after the other arms have trained
-            build_student(self.cfg, ARMS[bridged[0]], self.cfg.seeds[0], self.data, self.teacher)
-        for arm_name in self.cfg.arms:
-            for seed in self.cfg.seeds:
-                folder = self.out / "runs" / arm_name / f"seed_{seed}"
-                if not (folder / "summary.json").exists():
-                    self._train_one(arm_name, seed, folder)
-        results = [json.loads((self.out / "runs" / a / f"seed_{s}" / "summary.json").read_text())
-                   for a in self.cfg.arms for s in self.cfg.seeds]
-        atomic_write_text(self.out / "results.jsonl", "".join(json.dumps(r) + "\n" for r in results))
-        return results
+        return take_lock(self.out / LOCK_FILE, wait=False, busy=(
+            f"{self.out} is being trained by {{holder}}: one process per run folder (lock file {{path}}); wait for "
+            f"it to end or stop it, or choose another --out"))
 
     def _train_one(self, arm_name: str, seed: int, folder: Path) -> dict[str, Any]:
         """Train (or continue) one arm and seed in `folder`; its summary.json marks it done."""

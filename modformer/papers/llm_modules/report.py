@@ -1,19 +1,14 @@
 """The report of an LLM-Modules experiment: every arm over its seeds, the decisive control,
-and the size of the leak. Written from the experiment folder alone (`modformer llm-modules`
-writes it at the end; `modformer report OUT` rewrites it), or from a sweep's records
-(`sweep.experiment: llm_modules`: one section per grid point)."""
+and the size of the leak, from a sweep's records (`sweep.experiment: llm_modules`: one
+section per grid point; `modformer report DIR` rewrites it)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Callable
 
-import yaml
-
 from ...configtools import from_dict
 from ...figures import plt, save_figure
-from ...files import atomic_write_text
 from ...stats import summarize
 from ...train.records import read_records
 from .arms import ARMS
@@ -21,14 +16,6 @@ from .config import LLMModulesConfig
 
 UNIT = (0.0, 1.0)
 POSITIVE = (0.0, float("inf"))
-
-
-def _results(out: Path) -> dict[str, list[dict[str, Any]]]:
-    by_arm: dict[str, list[dict[str, Any]]] = {}
-    for path in sorted((out / "runs").glob("*/seed_*/summary.json")):
-        result = json.loads(path.read_text())
-        by_arm.setdefault(result["arm"], []).append(result)
-    return by_arm
 
 
 def _cell(runs: list[dict[str, Any]], key: str, bounds, digits: int = 3) -> str:
@@ -73,18 +60,6 @@ def _distinct(runs: list[dict[str, Any]], key: str) -> str:
     summaries held it)."""
     values = sorted({str(r.get(key, "not recorded")) for r in runs})
     return ", ".join(values)
-
-
-def write_modules_report(out: str | Path) -> Path:
-    """report.md (and curves.png) of an experiment folder, from its runs' summaries."""
-    out = Path(out)
-    cfg = yaml.safe_load((out / "config.yaml").read_text())
-    split = json.loads((out / "split.json").read_text())
-    lines = report_lines(cfg, split, _results(out), lambda arm: sorted((out / "runs" / arm).glob("seed_*/metrics.jsonl")),
-                         out / "curves.png")
-    path = out / "report.md"
-    atomic_write_text(path, "\n".join(lines) + "\n")
-    return path
 
 
 def report_lines(cfg: dict[str, Any], split: dict[str, Any], by_arm: dict[str, list[dict[str, Any]]],
