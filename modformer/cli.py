@@ -17,7 +17,7 @@ from .bench import bench_arguments
 from .interop.packaged import NAME as PACKAGED_TEACHER
 from .interop.packaged import packaged_teacher_folder
 from .config import RunConfig, load_config
-from .commands import COMMANDS, REPORT_WRITERS, Command, describe_parser
+from .commands import COMMANDS, Command, describe_parser
 from .configtools import check_option_types, describe, field_help, get_dotted, key_lines
 from .constructions import CONSTRUCTIONS
 from .data import named_sources
@@ -117,11 +117,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     folder = Path(args.folder)
-    writer = next((w for w in REPORT_WRITERS if w.holds(folder)), None)
-    if writer is None and not (folder / "sweep.yaml").is_file():
-        kinds = "".join(f", nor {w.kind}" for w in REPORT_WRITERS)
-        raise ModformerError(f"{folder} is not a sweep directory (no sweep.yaml){kinds} folder")
-    path = writer.write(folder) if writer and not (folder / "sweep.yaml").is_file() else write_report(folder)
+    if not (folder / "sweep.yaml").is_file():
+        raise ModformerError(f"{folder} is not a sweep directory (no sweep.yaml)")
+    path = write_report(folder)  # each kind of run its own report (sweep.kinds.RunKind.report)
     print(path.read_text() if args.print else f"report: {path}")
     return 0
 
@@ -314,10 +312,9 @@ def sweep_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def report_arguments(p: argparse.ArgumentParser) -> None:
-    kinds = ", ".join(w.kind for w in REPORT_WRITERS)
     describe_parser(p, "Write report.md and its plots (slices.png, curves.png) in a sweep directory, from its "
-                       "records alone" + (f"; also the report of {kinds} folder." if kinds else "."))
-    p.add_argument("folder", metavar="DIR", help="a sweep directory, or another experiment folder")
+                       "records alone; a sweep of another kind of run (sweep.experiment) gets that kind's report.")
+    p.add_argument("folder", metavar="DIR", help="a sweep directory")
     p.add_argument("--print", action="store_true", help="also print the report")
     p.set_defaults(func=cmd_report)
 

@@ -9,15 +9,14 @@ One argument style for all: a YAML config, dotted `key=value` overrides, and fla
 a config does not fit (an output folder, a run to read, `--print`). A command that was
 renamed keeps its old name as an alias, which works and says the new name.
 
-Experiment folders that are not sweeps (a paper's own experiment with its own records) join
-`modformer report DIR` by registering a report writer (`register_report`).
+Every experiment is a sweep: `modformer report DIR` writes a sweep's report, each kind of
+run's its own (`sweep.kinds.RunKind.report`).
 """
 
 from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
 
@@ -41,23 +40,7 @@ class Command:
     aliases: tuple[str, ...] = field(default=())
 
 
-@dataclass(frozen=True)
-class ReportWriter:
-    """How `modformer report DIR` writes the report of one kind of experiment folder.
-
-    Args:
-        kind: what the folder holds, for messages ("an experiment folder of X").
-        holds: holds(folder) -> whether the folder is of this kind.
-        write: write(folder) -> the report it wrote (report.md).
-    """
-
-    kind: str
-    holds: Callable[[Path], bool]
-    write: Callable[[Path], Path]
-
-
 COMMANDS: dict[str, Command] = {}  # name -> command, the paper plugins' (the library's are cli.LIBRARY)
-REPORT_WRITERS: list[ReportWriter] = []
 
 
 def register(command: Command) -> Command:
@@ -75,19 +58,6 @@ def register(command: Command) -> Command:
         raise ValueError(f"command '{clash[0]}' is registered twice")
     COMMANDS[command.name] = command
     return command
-
-
-def register_report(writer: ReportWriter) -> ReportWriter:
-    """Let `modformer report DIR` write the report of another kind of experiment folder.
-
-    Args:
-        writer: the kind of folder, how to recognise it, and how to write its report.
-
-    Returns:
-        The writer.
-    """
-    REPORT_WRITERS.append(writer)
-    return writer
 
 
 def describe_parser(parser: argparse.ArgumentParser, description: str, epilog: str | None = None) -> None:

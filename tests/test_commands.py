@@ -61,13 +61,14 @@ def test_knowledge_pretrained_reads_a_config_file_and_refuses_a_bad_one(tmp_path
     bad = tmp_path / "bad.yaml"
     bad.write_text("- a list\n")
     assert main(["knowledge-pretrained", "ladder", str(bad), "--out", str(tmp_path / "out")]) == 2
-    assert "expected a mapping of config keys" in capsys.readouterr().err
+    assert "must hold a mapping" in capsys.readouterr().err
     unknown = tmp_path / "unknown.yaml"
     unknown.write_text("no_such_key: 1\n")
     assert main(["knowledge-pretrained", "ladder", str(unknown), "--out", str(tmp_path / "out")]) == 2
     assert "no_such_key" in capsys.readouterr().err
-    assert main(["knowledge-pretrained", "report", "--out", str(tmp_path / "empty")]) == 2
-    assert "holds no records" in capsys.readouterr().err
+    assert main(["knowledge-pretrained", "ladder", str(tmp_path / "none.yaml"), "--out", str(tmp_path / "out")]) == 2
+    assert "config file not found" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()  # refused before the run's folder is made
 
 
 def test_each_command_builds_its_parser_from_its_row():

@@ -7,10 +7,11 @@ import json
 import shutil
 
 import pytest
+import torch
 import yaml
 
 from modformer.cli import main
-from modformer.papers.knowledge.edits import EditRunConfig, draw
+from modformer.papers.knowledge.edits import EditRunConfig, draw, run_edits
 from modformer.papers.knowledge.edits_kind import folder_as_sweep
 from modformer.papers.knowledge.report import write_report
 
@@ -37,9 +38,13 @@ def test_the_edits_as_a_sweep_give_the_folders_records(tiny_teacher, tmp_path, c
     settings = {"model": str(tiny_teacher), "corpus": str(tiny_teacher / "corpus.txt"), "eval_blocks": 2,
                 "block_len": 16, "require_known": False, "max_steps": 40,
                 "lr": {"entries": 0.03, "one_down_proj": 0.03, "all_ffns": 0.01}}
-    folder = tmp_path / "folder"
-    assert main(["knowledge-pretrained", "edit", *(f"{k}={json.dumps(v)}" for k, v in settings.items()),
-                 "sizes=[1, 2]", "seeds=[0, 1]", "methods=[entries, one_down_proj]", "--out", str(folder)]) == 0
+    folder = tmp_path / "folder"  # the same edits measured in this process, into one folder's edits.jsonl
+    threads = torch.get_num_threads()
+    try:  # one thread, as each of the sweep's two workers on two cores
+        run_edits(EditRunConfig(**settings, sizes=[1, 2], seeds=[0, 1], methods=["entries", "one_down_proj"],
+                                threads=1), folder)
+    finally:
+        torch.set_num_threads(threads)
     wanted = {r["key"]: untimed(r) for r in map(json.loads, (folder / "edits.jsonl").read_text().splitlines())}
     assert set(wanted) == {"before", *(f"{m}/{k}/{s}" for m in ("entries", "one_down_proj") for k, s in
                                        ((1, 0), (1, 1), (2, 0)))}
@@ -91,16 +96,17 @@ def test_a_sweep_whose_runs_are_not_one_edit_each_of_one_pool_is_refused(tmp_pat
 
 def test_one_run_edits_one_method_size_and_seed(tmp_path, capsys):
     out = tmp_path / "run"
-    assert main(["knowledge-pretrained", "edit", "model=no/such/model", "sizes=[1, 2]", "seeds=[0]",
-                 "--out", str(out), "--one-run"]) == 2
-    assert "--one-run edits one method, one size and one seed" in capsys.readouterr().err and not out.exists()
-    assert main(["knowledge-pretrained", "repair", "--out", str(out), "--one-run"]) == 2
-    assert "repair runs in one folder only" in capsys.readouterr().err
+    config = tmp_path / "run.yaml"
+    config.write_text("model: no/such/model\n")
+    assert main(["knowledge-pretrained", "edit", str(config), "sizes=[1, 2]", "seeds=[0]", "--out", str(out)]) == 2
+    assert "an edit run edits one method, one size and one seed" in capsys.readouterr().err and not out.exists()
+    assert main(["knowledge-pretrained", "repair", str(config), "--out", str(tmp_path / "repair")]) == 2
+    assert "a repair run trains one arm" in capsys.readouterr().err and not (tmp_path / "repair").exists()
     with pytest.raises(Exception, match=r"pool \(1\) must hold the largest size"):
         EditRunConfig(sizes=[1, 2], pool=1)
     # A run of the whole pool at seed 1 has nothing to do: it loads nothing, and is done.
-    assert main(["knowledge-pretrained", "edit", "model=no/such/model", "sizes=[2]", "seeds=[1]", "pool=2",
-                 "methods=[entries]", "--out", str(out), "--one-run"]) == 0
+    assert main(["knowledge-pretrained", "edit", str(config), "sizes=[2]", "seeds=[1]", "pool=2",
+                 "methods=[entries]", "--out", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert "nothing to edit" in summary["note"] and (out / "edits.jsonl").read_text() == ""
     assert yaml.safe_load((out / "config.yaml").read_text())["pool"] == 2

@@ -1,6 +1,6 @@
 """Editing facts as a sweep (`sweep.experiment: knowledge_edits`): its methods are the
 variants, `sizes` a grid axis and its seeds the seeds; each (method, size, seed) is one
-`modformer knowledge-pretrained edit CONFIG --out RUN --one-run` process, with workers,
+`modformer knowledge-pretrained edit CONFIG --out RUN` process, with workers,
 `--launcher slurm`, `--status`, resume and `modformer report` as for every sweep.
 
     model: smollm2-135m-instruct
@@ -96,7 +96,7 @@ def write_edit_summary(out: Path, cfg: EditRunConfig, converted: str | None = No
 
 
 def _command(config: Path, run_dir: Path) -> list[str]:
-    return ["knowledge-pretrained", "edit", str(config), "--out", str(run_dir), "--one-run"]
+    return ["knowledge-pretrained", "edit", str(config), "--out", str(run_dir)]
 
 
 def _describe(summary: dict[str, Any]) -> str:

@@ -8,13 +8,14 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ...interop.packaged import NAME
-from ...configtools import option
+from ...configtools import option, to_dict
 from ...errors import Interrupted, ModformerError
 from ...freeze import matching_parameters
 from ...knowledge.fold import fold_model, unfold_model_approximate
@@ -42,15 +43,21 @@ class RepairConfig:
     corpus: str = option("imdb", "text: evaluation blocks first, training blocks after them")
     eval_blocks: int = option(12, "held-out blocks for perplexity (the ladder's)")
     block_len: int = option(512, "tokens per held-out block")
-    threads: int | None = option(None, "CPU threads for torch; null leaves torch's default")
+    threads: int | None = option(None, "CPU threads for torch; null leaves torch's default (a sweep gives each of its "
+                                       "workers its share of the cores)")
+    seed: int = option(0, "the repair draws nothing at random (its text and its start are fixed); a sweep's seed, "
+                          "kept with the config")
 
     def __post_init__(self) -> None:
         if self.threads is not None and self.threads < 1:
             raise ModformerError(f"threads must be positive or null, got {self.threads}")
         if len(self.point) != 2 or not 0 < self.point[1] <= self.point[0] <= 1:
             raise ModformerError(f"repair point {self.point}: need [n_E, d_E] fractions with 0 < d_E <= n_E <= 1")
-        if [a for a in self.arms if a not in ARMS] or self.steps < 1:
+        if [a for a in self.arms if a not in ARMS] or not self.arms or self.steps < 1:
             raise ModformerError(f"repair: arms must be among {', '.join(ARMS)} and steps positive")
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_dict(self)
 
 
 class RepairLoop(TrainingLoop):

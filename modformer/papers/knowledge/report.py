@@ -60,6 +60,21 @@ def _ladder(records: list[dict[str, Any]], repair: list[dict[str, Any]], out: Pa
     return lines + ["", "![perplexity against parameters](perplexity_vs_parameters.png)", ""]
 
 
+def _repair(records: list[dict[str, Any]]) -> list[str]:
+    """The repair runs alone (a repair sweep's report): each arm's training and its measures."""
+    lines = ["## Repair after compression", "",
+             f"E (or E and every layer's maps) trained on text the evaluation never sees, then measured as the "
+             f"ladder measures (held-out perplexity, known facts). Code: {_versions(records)}.", "",
+             "| arm | n_E | d_E | steps | tokens trained | parameters trained | loss, first -> last | perplexity | "
+             "known facts | time (s) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in records:
+        lines.append(f"| {_ARM_NAMES.get(r['arm'], r['arm'])} | {r['n_entries']} | {r['d_entry']} | {r['steps']} | "
+                     f"{r['tokens_trained']:,} | {r['trained_parameters']:,} | {r['losses'][0]:.3f} -> "
+                     f"{r['losses'][-1]:.3f} | {r['perplexity']:.3f} | {r['facts_answered']}/{r['facts_total']} | "
+                     f"{r['seconds']:.0f} |")
+    return lines + [""]
+
+
 def _mean(values: list[float]) -> str:
     values = [v for v in values if not (isinstance(v, float) and math.isnan(v))]
     if not values:
@@ -170,6 +185,8 @@ def write_records_report(out: Path, ladder: list[dict[str, Any]], edits: list[di
     lines = ["# The knowledge base on a pretrained model", ""]
     if ladder:
         lines += _ladder(ladder, repair, out)
+    elif repair:
+        lines += _repair(repair)
     if edits:
         lines += _edits(edits, out)
     lines += [f"Commands and times: {where}.", ""]

@@ -1,6 +1,6 @@
 """The compression ladder as a sweep (`sweep.experiment: knowledge_ladder`): its arms are the
 variants, its points the grid, each (arm, point) one `modformer knowledge-pretrained ladder
-CONFIG --out RUN --one-run` process, with workers, `--launcher slurm`, `--status`, resume and
+CONFIG --out RUN` process, with workers, `--launcher slurm`, `--status`, resume and
 `modformer report` as for every sweep.
 
     model: smollm2-135m-instruct
@@ -48,7 +48,7 @@ def write_run_summary(out: Path, cfg: LadderConfig) -> dict[str, Any]:
 
 
 def _command(config: Path, run_dir: Path) -> list[str]:
-    return ["knowledge-pretrained", "ladder", str(config), "--out", str(run_dir), "--one-run"]
+    return ["knowledge-pretrained", "ladder", str(config), "--out", str(run_dir)]
 
 
 def _describe(summary: dict[str, Any]) -> str:
