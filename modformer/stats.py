@@ -1,4 +1,6 @@
-"""Mean, standard deviation and a 95% confidence interval over seeds."""
+"""Mean, standard deviation and a 95% confidence interval over seeds; the 95% Wilson interval
+of a success rate. The quantiles and the interval come from scipy.stats, imported on first
+use: it takes about 0.7 s to import, more than a command that quotes no interval should pay."""
 
 from __future__ import annotations
 
@@ -6,14 +8,12 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-# Two-sided 95% quantiles of Student's t for 1..30 degrees of freedom; beyond, the normal's.
-_T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
-        2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
-        2.045, 2.042]
-
 
 def t95(dof: int) -> float:
-    return _T95[dof - 1] if dof <= len(_T95) else 1.960
+    """The two-sided 95% quantile of Student's t with `dof` degrees of freedom (4.30265 for 2)."""
+    from scipy.stats import t
+
+    return float(t.ppf(0.975, dof))
 
 
 @dataclass(frozen=True)
@@ -64,13 +64,14 @@ def summarize(values: Sequence[float]) -> Summary:
     return Summary(n, mean, std, t95(n - 1) * std / math.sqrt(n))
 
 
-def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """The 95% Wilson score interval of a rate of `successes` in `n` trials (seeds): where
-    outcomes are bimodal (a seed solves a task or it does not), the rate is the figure to
-    report, and with few seeds the interval stays inside [0, 1] and wide, as it should."""
+def rate_interval(successes: int, n: int) -> tuple[float, float]:
+    """The 95% Wilson score interval of a rate of `successes` in `n` trials (seeds), from
+    scipy.stats.binomtest: where outcomes are bimodal (a seed solves a task or it does not),
+    the rate is the figure to report, and with few seeds the interval stays inside [0, 1] and
+    wide, as it should."""
     if n < 1 or not 0 <= successes <= n:
         raise ValueError(f"a rate needs 0 <= successes <= n, n >= 1; got {successes} of {n}")
-    p = successes / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return max(0.0, centre - half), min(1.0, centre + half)
+    from scipy.stats import binomtest
+
+    ci = binomtest(successes, n).proportion_ci(confidence_level=0.95, method="wilson")
+    return float(ci.low), float(ci.high)

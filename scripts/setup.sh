@@ -75,6 +75,7 @@ import importlib
 import pkgutil
 
 import matplotlib.pyplot  # noqa: F401  (runs draw their curves)
+import scipy.stats  # noqa: F401  (modformer.stats imports it at its first interval)
 import torch._dynamo  # noqa: F401  (torch's optimizers import it on their first use)
 
 import modformer

@@ -123,11 +123,11 @@ def test_a_difference_is_paired_by_seed_and_keeps_the_first_settings_values(tmp_
 def test_a_bimodal_outcome_is_quoted_as_a_success_rate_with_its_wilson_interval(tmp_path):
     """Seeds that either solve the task or do not: the rate above a threshold, its 95% Wilson
     interval (4 of 8: [21.5%, 78.5%], the textbook value) and the mean of each mode."""
-    from modformer.stats import wilson
+    from modformer.stats import rate_interval
 
-    low, high = wilson(4, 8)
+    low, high = rate_interval(4, 8)
     assert (round(low, 4), round(high, 4)) == (0.2152, 0.7848)
-    assert wilson(0, 3)[0] == 0.0 and round(wilson(0, 3)[1], 4) == 0.5615
+    assert rate_interval(0, 3)[0] == 0.0 and round(rate_interval(0, 3)[1], 4) == 0.5615
     runs = [("mixit", 0.003, s, a, [[0.0, 0.0]]) for s, a in enumerate([1.0, 0.25, 0.998, 0.26, 1.0, 0.24, 0.64, 1.0])]
     sweep_folder(tmp_path, runs)
     page = tmp_path / "README.md"

@@ -9,7 +9,6 @@ from modformer.errors import ConfigError, ModformerError
 from modformer.sweep.report import write_report
 from modformer.sweep.runner import SweepRunner, read_results, run_config, today_names
 from modformer.sweep.spec import load_sweep
-from modformer.stats import summarize
 
 SWEEP = {
     "model": {"d_model": 32, "n_layers": 1, "n_heads": 2},
@@ -148,18 +147,6 @@ def test_a_sweep_grows_in_its_folder_and_trains_only_its_new_runs(tmp_path):
     append_result(out, {"run_id": "standard/train.steps=7/seed0", "status": "done", "summary": {}})
     with pytest.raises(ModformerError, match="does not name .*train.steps=7"):
         SweepRunner(load_sweep(write(tmp_path, grown)), out, echo=lambda m: None).pending()
-
-
-def test_interval_statistics():
-    s = summarize([1.0, 2.0, 3.0])
-    assert s.mean == 2.0 and s.std == 1.0
-    assert abs(s.half_width - 4.303 / 3 ** 0.5) < 1e-9
-    assert summarize([0.5]).format() == "0.5000 (n=1)"
-    # Seeds that disagree near a bound: the symmetric t interval passes 1; clipped, it does not.
-    near_one = summarize([1.0, 1.0, 0.9])
-    assert near_one.high > 1.0
-    assert near_one.format(bounds=(0.0, 1.0)).endswith(", 1.0000]")
-    assert near_one.format(bounds=(0.0, 1.0)).startswith(near_one.format().split("[")[0])
 
 
 def test_settings_are_chosen_on_validation_over_complete_seeds():

@@ -72,7 +72,7 @@ from ..commands import describe_parser
 from .bench_records import bench_value, read_bench, read_record_lines
 from ..errors import ModformerError
 from ..files import atomic_write_text
-from ..stats import metric_bounds, summarize, wilson
+from ..stats import metric_bounds, rate_interval, summarize
 from ..train.records import read_records
 from .runner import read_results
 
@@ -201,7 +201,7 @@ def _rate(values: list[float], kind: str, digits: int, threshold: float) -> str:
     unit = "%" if kind == "%" else ""
     above = [v for v in values if v > threshold]
     below = [v for v in values if v <= threshold]
-    low, high = wilson(len(above), len(values))
+    low, high = rate_interval(len(above), len(values))
     limit = _number(threshold, kind, 0) if kind == "%" else f"{threshold:g}"  # 0.5, not 0
     text = (f"{len(above)} of {len(values)} seeds above {limit}{unit} "
             f"({100 * len(above) / len(values):.0f}% [{100 * low:.0f}, {100 * high:.0f}])")
