@@ -23,6 +23,7 @@ from .constructions import CONSTRUCTIONS
 from .data import named_sources
 from .errors import ConfigError, Interrupted, ModformerError, storage_fault
 from .generate import generate_arguments
+from .migrate import migrate_arguments
 from .plugins import describe_papers
 from .knowledge.convert import convert
 from .model.part_options import BUILT_IN_SECTIONS
@@ -383,6 +384,7 @@ LIBRARY = [
     Command("bench", "side-by-side benchmarks (ratios measured in one process)", bench_arguments),
     Command("convert", "write a model's FFNs as reads of one knowledge base, or fold them back", convert_arguments),
     Command("list", "list the registered variants, parts and tasks", list_arguments),
+    Command("migrate", "bring folders an older modformer wrote up to today's records, once", migrate_arguments),
 ]
 
 

@@ -16,7 +16,9 @@ after the entry point and adds through it what the paper's experiments need:
 - `paper.mark(fn)`: the line its budget curves mark (a reference budget, say);
 - `paper.construction(name, Construction(...))`: a construction named `<paper>.<name>`;
 - `paper.part(registry, name, obj)`: a task, variant, mixer or feed-forward module, by the
-  same name a package's own part entry point would give it.
+  same name a package's own part entry point would give it;
+- `paper.migration(config=..., sweep=..., summary=..., layout=...)`: how `modformer migrate`
+  rewrites what the paper's experiments once recorded.
 
 What `register` adds takes effect only once it has returned: a paper whose entry point does
 not load, or whose `register` raises (or calls `sys.exit`), adds nothing, is named in one line
@@ -35,6 +37,8 @@ from .commands import Command, register as register_command
 from .constructions import CONSTRUCTIONS, Construction
 from .errors import ModformerError
 from .installed_papers import BROKEN, PAPERS
+from .migrate import (CONFIG, LAYOUT, SUMMARY, SWEEP, ConfigMigration, LayoutMigration, SummaryMigration,
+                      SweepMigration)
 from .registry import Registry
 from .sweep.kinds import RunKind, register_kind
 from .sweep.sections import MARKS, PRINTED, SECTIONS, Mark, Section
@@ -137,6 +141,19 @@ class Paper:
 
         self._add(f"construction {full}" + (f" (alias {alias})" if alias else ""), add)
         return full
+
+    def migration(self, config: ConfigMigration | None = None, sweep: SweepMigration | None = None,
+                  summary: SummaryMigration | None = None, layout: LayoutMigration | None = None) -> None:
+        """Teach `modformer migrate` what this paper's records once were (modformer/migrate.py):
+        `config` fn(data, saved), `sweep` fn(data), `summary` fn(summary, config), each changing
+        its record in place and returning what it changed in words; `layout` fn(folder) -> bool,
+        a folder of a former layout rewritten as a sweep folder."""
+        def add() -> None:
+            for table, fn in ((CONFIG, config), (SWEEP, sweep), (SUMMARY, summary), (LAYOUT, layout)):
+                if fn is not None:
+                    table.append(fn)
+
+        self._add("migration", add)
 
     def part(self, registry: Registry, name: str, obj: Any) -> Any:
         """Register a part (`registry.TASKS`, `VARIANTS`, `MIXERS`, `FFNS`) under `name`."""

@@ -16,6 +16,12 @@ __version__ = "0.1.0"
 RECORDS = "results"
 
 
+# The format of the records a sweep and a run write (sweep.yaml's and run.json's `format`):
+# records without it were written before 2026-12-06 (format 1); `modformer migrate DIR` brings
+# them up to date (modformer/migrate.py).
+RECORDS_FORMAT = 2
+
+
 @functools.lru_cache(maxsize=1)
 def code_version() -> str:
     """`0.1.0+<git commit>[-dirty]` inside a git checkout, else the package version. `-dirty`

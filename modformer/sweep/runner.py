@@ -34,6 +34,7 @@ from ..errors import Interrupted, ModformerError
 from ..files import atomic_write_text, durable_append, reserve
 from ..registry import TASKS
 from ..train.records import read_records
+from ..version import RECORDS_FORMAT
 from .kinds import python_command, run_kind
 from .spec import RunSpec, Sweep
 
@@ -111,6 +112,7 @@ class SweepRunner:
         mine = self.sweep.to_dict()
         if saved.exists():
             old = yaml.safe_load(saved.read_text()) or {}
+            old.pop("format", None)  # the records' format, not the sweep's
             if isinstance(old.get("sweep"), dict):  # saved before sweep.experiment existed: a train sweep
                 old["sweep"].setdefault("experiment", "train")
             def strip(d: dict[str, Any]) -> dict[str, Any]:  # today's task names, then what resuming ignores
@@ -125,7 +127,7 @@ class SweepRunner:
             self.out.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise ModformerError(f"cannot create sweep folder {self.out}: {e.strerror or e}") from None
-        atomic_write_text(saved, yaml.safe_dump(mine, sort_keys=False))
+        atomic_write_text(saved, yaml.safe_dump({"format": RECORDS_FORMAT, **mine}, sort_keys=False))
         durable_append(self.out / "commands.txt", shlex.join(self.command) + "\n")  # how it was (re)started
 
     def run_dir(self, run: RunSpec) -> Path:

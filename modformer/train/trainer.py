@@ -34,7 +34,7 @@ from ..registry import TASKS, VARIANTS
 from ..tasks.base import IGNORE
 from ..variants import build_model
 from ..variants.base import run_label
-from ..version import code_version, machine
+from ..version import RECORDS_FORMAT, code_version, machine
 from .budget import trained
 from .checkpoint import checkpoint_path, list_checkpoints, load_model_state, read_checkpoint, save_checkpoint
 from .distributed import init_world
@@ -125,7 +125,7 @@ class Trainer(TrainingLoop):
         starts.append({"command": self.command, "code_version": code_version(), "torch": torch.__version__,
                        "machine": machine(), "parts": part_versions(self.cfg), "papers": paper_versions(),
                        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
-        atomic_write_text(info_path, json.dumps({"starts": starts}, indent=2) + "\n")
+        atomic_write_text(info_path, json.dumps({"format": RECORDS_FORMAT, "starts": starts}, indent=2) + "\n")
 
     def _on_main(self, step: Callable[[], Any]) -> None:
         """Run `step` on rank 0 only (the one that writes); if it fails, every rank stops

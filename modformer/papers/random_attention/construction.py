@@ -21,12 +21,13 @@ measures the built models against the reference's own.
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 from typing import Any
 
 from ...configtools import from_dict, option
-from ...constructions import CONSTRUCTIONS, LEGACY, Construction
+from ...constructions import CONSTRUCTIONS, Construction
 from ...errors import ConfigError
 from ...model.config import ModelConfig
 from ...registry import TASKS, VARIANTS
@@ -410,3 +411,20 @@ REFERENCE = Construction(
     "the random-attention paper's reference code (princeton-pli/MixiT): its models and optimizer for each variant "
     "and task (docs/papers/random-attention.md, 'The reference construction')",
     fill_reference, construction_label, ReferenceOptions)
+
+
+def migrate_older_configs(data: dict[str, Any], saved: bool) -> list[str]:
+    """`modformer migrate`'s form of `read_older_configs`: the same rewrite, once, saying what it
+    changed."""
+    model = data.get("model")
+    if not isinstance(model, dict):
+        return []
+    before = copy.deepcopy(model)
+    read_older_configs(data, saved)
+    changed = [f"model.{old} -> model.construction_options.{new}" if is_reference(before) else f"model.{old} dropped "
+               f"(read by the reference construction only)"
+               for old, new in (("reference_transformers", "transformers"), ("reference_init", "init")) if old in before]
+    if (model.get("mixing") or {}).get("extra_positions") != (before.get("mixing") or {}).get("extra_positions"):
+        changed.append("model.mixing.extra_positions: 0 written out (drawn for the model's own length before the "
+                       "option existed)")
+    return changed

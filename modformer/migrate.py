@@ -1,0 +1,256 @@
+"""`modformer migrate DIR`: bring a folder written by an older modformer up to today's records.
+
+Records are read by today's code only in today's form; what older versions wrote (a key
+since moved, a task since renamed, a value since written out, a folder laid out another
+way) is rewritten once, here, rather than read by a compatibility path in every reader. A
+migration is a function on one kind of record that changes it in place and says what it
+changed, in words:
+
+- `CONFIG`: fn(data, saved) on a run config as plain data (a run's own config.yaml with
+  `saved` true; a sweep's base config or a run's start config otherwise);
+- `SWEEP`: fn(data) on a sweep.yaml as plain data (its `sweep` section included);
+- `SUMMARY`: fn(summary, config) on a finished run's summary (summary.json and its copy in
+  the sweep's results.jsonl), with the run's config.yaml as plain data (None where absent);
+- `LAYOUT`: fn(folder) -> bool, a folder laid out another way rewritten as today's (a sweep),
+  True where it recognised the folder.
+
+The library's own are below; a paper plugin adds the migrations of what it once wrote
+(`Paper.migration`). Every migration is idempotent: a folder migrated twice is unchanged the
+second time. Each file is written atomically, and the format stamp (`FORMAT`, in sweep.yaml
+and each run's run.json) last, so a migration stopped midway is completed by running it again.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from .errors import ModformerError
+from .files import atomic_write_text
+from .registry import TASKS, VARIANTS
+from .version import RECORDS_FORMAT
+
+FORMAT = RECORDS_FORMAT  # of sweep.yaml and run.json; records without a stamp are format 1 (before 2026-12-06)
+
+ConfigMigration = Callable[[dict[str, Any], bool], list[str]]
+SweepMigration = Callable[[dict[str, Any]], list[str]]
+SummaryMigration = Callable[[dict[str, Any], "dict[str, Any] | None"], list[str]]
+LayoutMigration = Callable[[Path], bool]
+
+CONFIG: list[ConfigMigration] = []
+SWEEP: list[SweepMigration] = []
+SUMMARY: list[SummaryMigration] = []
+LAYOUT: list[LayoutMigration] = []
+
+
+def _task_name(data: dict[str, Any], saved: bool) -> list[str]:
+    """A task since renamed (`condattend` -> `retrieval`): the name it is registered under today."""
+    task = data.get("task")
+    name = task.get("name") if isinstance(task, dict) else None
+    today = TASKS.canonical(name)
+    if isinstance(name, str) and today != name:
+        task["name"] = today
+        return [f"task.name {name} -> {today}"]
+    return []
+
+
+def _variant_mixer(data: dict[str, Any], saved: bool) -> list[str]:
+    """A run recorded before variants filled in their own mixer holds the default `attention`
+    beside a variant built with another (MixiT's `mixing`): it was built with the variant's."""
+    model = data.get("model")
+    if not (saved and isinstance(model, dict) and isinstance(model.get("variant"), str)
+            and model["variant"] in VARIANTS):
+        return []
+    mixer = VARIANTS[model["variant"]].mixer
+    if mixer is not None and model.get("mixer") == "attention" and mixer != "attention":
+        model["mixer"] = mixer
+        return [f"model.mixer attention -> {mixer} (the {model['variant']} variant's)"]
+    return []
+
+
+def _sweep_kind(data: dict[str, Any]) -> list[str]:
+    """A sweep saved before `sweep.experiment` existed is a sweep of `modformer train` runs."""
+    sweep = data.get("sweep")
+    if isinstance(sweep, dict) and "experiment" not in sweep:
+        sweep["experiment"] = "train"
+        return ["sweep.experiment: train (written out)"]
+    return []
+
+
+def _sweep_task_names(data: dict[str, Any]) -> list[str]:
+    """The sweep's base config, and a `task.name` grid axis, in today's task names."""
+    changed = _task_name(data, False)
+    grid = (data.get("sweep") or {}).get("grid") or {}
+    names = grid.get("task.name")
+    if isinstance(names, list):
+        today = [TASKS.canonical(n) for n in names]
+        if today != names:
+            grid["task.name"] = today
+            changed.append(f"sweep.grid.task.name {names} -> {today}")
+    return changed
+
+
+def _summary_model(summary: dict[str, Any], config: dict[str, Any] | None) -> list[str]:
+    """A summary recorded before summaries named the model: its variant's name (what reports
+    showed for it)."""
+    if "model" not in summary and isinstance(summary.get("variant"), str):
+        summary["model"] = summary["variant"]
+        return [f"summary.model: {summary['variant']} (its variant)"]
+    return []
+
+
+def _summary_flops_of(summary: dict[str, Any], config: dict[str, Any] | None) -> list[str]:
+    """An MFU recorded before it said whose FLOPs it counted counted the standard model's."""
+    from .train.mfu import STANDARD
+
+    mfu = summary.get("mfu")
+    if isinstance(mfu, dict) and "flops_of" not in mfu:
+        mfu["flops_of"] = STANDARD
+        return ["summary.mfu.flops_of: the standard model's (as every older summary counted)"]
+    return []
+
+
+CONFIG += [_task_name, _variant_mixer]
+SWEEP += [_sweep_kind, _sweep_task_names]
+SUMMARY += [_summary_model, _summary_flops_of]
+
+
+@dataclass
+class Migrated:
+    """What `migrate` did to a folder: each file it rewrote, with what changed in it."""
+
+    folder: Path
+    kind: str  # "sweep" or "run"
+    changes: dict[str, list[str]] = field(default_factory=dict)  # file (relative) -> what changed
+
+    def lines(self) -> list[str]:
+        if not self.changes:
+            return [f"{self.folder}: a {self.kind} folder already in today's records (format {FORMAT}); nothing to do"]
+        return [f"{self.folder}: a {self.kind} folder, {len(self.changes)} file(s) rewritten",
+                *(f"  {name}: {'; '.join(sorted(set(what)))}" for name, what in sorted(self.changes.items()))]
+
+
+def _read_yaml(path: Path) -> Any:
+    try:
+        return yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise ModformerError(f"cannot read {path} ({e.__class__.__name__}); nothing after it was migrated") from None
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ModformerError(f"cannot read {path} ({e.__class__.__name__}); nothing after it was migrated") from None
+
+
+def _dump_yaml(data: Any) -> str:
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def _config_file(path: Path, saved: bool, done: Migrated) -> dict[str, Any] | None:
+    data = _read_yaml(path)
+    if not isinstance(data, dict):
+        return None
+    changed = [c for fn in CONFIG for c in fn(data, saved)]
+    if changed:
+        atomic_write_text(path, _dump_yaml(data))
+        done.changes[str(path.relative_to(done.folder))] = changed
+    return data
+
+
+def _summary(summary: dict[str, Any], config: dict[str, Any] | None) -> list[str]:
+    return [c for fn in SUMMARY for c in fn(summary, config)]
+
+
+def _run_folder(run: Path, done: Migrated) -> None:
+    """A run's own config (saved), its summary and its run.json's format stamp."""
+    config = _config_file(run / "config.yaml", True, done) if (run / "config.yaml").is_file() else None
+    if (run / "summary.json").is_file():
+        summary = _read_json(run / "summary.json")
+        changed = _summary(summary, config) if isinstance(summary, dict) else []
+        if changed:
+            atomic_write_text(run / "summary.json", json.dumps(summary, indent=1) + "\n")
+            done.changes[str((run / "summary.json").relative_to(done.folder))] = changed
+    info = run / "run.json"
+    if info.is_file():
+        data = _read_json(info)
+        if isinstance(data, dict) and data.get("format") != FORMAT:
+            data["format"] = FORMAT
+            atomic_write_text(info, json.dumps(data, indent=2) + "\n")
+            done.changes.setdefault(str(info.relative_to(done.folder)), []).append(f"format {FORMAT}")
+
+
+def _sweep_folder(folder: Path, done: Migrated) -> None:
+    saved = _read_yaml(folder / "sweep.yaml")
+    if not isinstance(saved, dict):
+        raise ModformerError(f"{folder / 'sweep.yaml'} is not a sweep file (a mapping); nothing was migrated")
+    changed = [c for fn in SWEEP for c in fn(saved)] + [c for fn in CONFIG for c in fn(saved, False)]
+    results = folder / "results.jsonl"
+    records = []
+    if results.is_file():
+        from .train.records import read_records
+
+        records = list(read_records(results))
+    for path in sorted((folder / "configs").rglob("*.yaml")) if (folder / "configs").is_dir() else []:
+        _config_file(path, False, done)  # the config each run was last started with
+    configs: dict[str, Any] = {}  # run folder (relative) -> its config.yaml as migrated
+    for run in sorted({p.parent for p in (folder / "runs").rglob("config.yaml")}) if (folder / "runs").is_dir() else []:
+        _run_folder(run, done)
+        configs[str(run.relative_to(folder))] = _read_yaml(run / "config.yaml")
+    rewritten = []
+    for record in records:  # each finished run's summary, as the sweep's report reads it
+        summary = record.get("summary")
+        if isinstance(summary, dict):
+            rewritten += _summary(summary, configs.get(record.get("run_dir", f"runs/{record.get('run_id')}")))
+    if rewritten:
+        atomic_write_text(results, "".join(json.dumps(r) + "\n" for r in records))
+        done.changes["results.jsonl"] = rewritten
+    if changed or saved.get("format") != FORMAT:  # the stamp last: a folder stopped midway is not yet today's
+        saved = {"format": FORMAT, **{k: v for k, v in saved.items() if k != "format"}}
+        atomic_write_text(folder / "sweep.yaml", _dump_yaml(saved))
+        done.changes["sweep.yaml"] = [*changed, f"format {FORMAT}"]
+
+
+def migrate(folder: str | Path) -> Migrated:
+    """Rewrite `folder` (a sweep folder, a run folder, or one laid out as a paper's experiment
+    once was) in today's records; idempotent. Refuses, in one line, a folder it does not know."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ModformerError(f"{folder}: no such folder")
+    if not (folder / "sweep.yaml").is_file():
+        for layout in LAYOUT:  # a paper's former layout becomes a sweep folder first
+            if layout(folder):
+                break
+    if (folder / "sweep.yaml").is_file():
+        done = Migrated(folder, "sweep")
+        _sweep_folder(folder, done)
+        return done
+    if (folder / "config.yaml").is_file() and ((folder / "run.json").is_file() or (folder / "metrics.jsonl").is_file()):
+        done = Migrated(folder, "run")
+        _run_folder(folder, done)
+        return done
+    raise ModformerError(f"{folder} is not a folder modformer wrote (no sweep.yaml; no config.yaml with run.json or "
+                         f"metrics.jsonl), nor one of a paper's former layouts: nothing was migrated")
+
+
+def _migrate_command(args) -> int:
+    for folder in args.folders:
+        print("\n".join(migrate(folder).lines()))
+    return 0
+
+
+def migrate_arguments(p) -> None:
+    """The arguments and handler of `modformer migrate`."""
+    from .commands import describe_parser
+
+    describe_parser(p, "Rewrite folders an older modformer wrote (sweep folders, run folders, a paper's former "
+                       "layouts) in today's records, once: former keys, task names and layouts, values since "
+                       f"written out; each stamped format {FORMAT}. Idempotent: a folder already up to date is left "
+                       "as it is. A folder it does not recognise is refused, unchanged.")
+    p.add_argument("folders", nargs="+", metavar="DIR", help="sweep or run folders")
+    p.set_defaults(func=_migrate_command)
