@@ -103,6 +103,16 @@ def _summary_model(summary: dict[str, Any], config: dict[str, Any] | None) -> li
     return []
 
 
+def _summary_task(summary: dict[str, Any], config: dict[str, Any] | None) -> list[str]:
+    """A summary's task under a name since renamed: today's."""
+    name = summary.get("task")
+    today = TASKS.canonical(name)
+    if isinstance(name, str) and today != name:
+        summary["task"] = today
+        return [f"summary.task {name} -> {today}"]
+    return []
+
+
 def _summary_flops_of(summary: dict[str, Any], config: dict[str, Any] | None) -> list[str]:
     """An MFU recorded before it said whose FLOPs it counted counted the standard model's."""
     from .train.mfu import STANDARD
@@ -116,7 +126,7 @@ def _summary_flops_of(summary: dict[str, Any], config: dict[str, Any] | None) ->
 
 CONFIG += [_task_name, _variant_mixer]
 SWEEP += [_sweep_kind, _sweep_task_names]
-SUMMARY += [_summary_model, _summary_flops_of]
+SUMMARY += [_summary_model, _summary_task, _summary_flops_of]
 
 
 @dataclass
@@ -152,6 +162,14 @@ def _dump_yaml(data: Any) -> str:
     return yaml.safe_dump(data, sort_keys=False)
 
 
+def _dump_json(data: Any, like: str) -> str:
+    """`data` as JSON indented as the file it replaces was (`like`, its text): a record
+    rewritten changes in what it says, not in how it is laid out."""
+    second = like.split("\n", 2)[1] if like.count("\n") > 1 else ""
+    indent = len(second) - len(second.lstrip(" ")) or None
+    return json.dumps(data, indent=indent) + "\n"
+
+
 def _config_file(path: Path, saved: bool, done: Migrated) -> dict[str, Any] | None:
     data = _read_yaml(path)
     if not isinstance(data, dict):
@@ -174,14 +192,15 @@ def _run_folder(run: Path, done: Migrated) -> None:
         summary = _read_json(run / "summary.json")
         changed = _summary(summary, config) if isinstance(summary, dict) else []
         if changed:
-            atomic_write_text(run / "summary.json", json.dumps(summary, indent=1) + "\n")
+            atomic_write_text(run / "summary.json", _dump_json(summary, (run / "summary.json").read_text()))
             done.changes[str((run / "summary.json").relative_to(done.folder))] = changed
     info = run / "run.json"
     if info.is_file():
         data = _read_json(info)
         if isinstance(data, dict) and data.get("format") != FORMAT:
-            data["format"] = FORMAT
-            atomic_write_text(info, json.dumps(data, indent=2) + "\n")
+            text = info.read_text()
+            data = {"format": FORMAT, **{k: v for k, v in data.items() if k != "format"}}
+            atomic_write_text(info, _dump_json(data, text))
             done.changes.setdefault(str(info.relative_to(done.folder)), []).append(f"format {FORMAT}")
 
 
