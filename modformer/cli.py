@@ -62,7 +62,7 @@ def _sweep_help() -> str:
 def format_results(summary: dict) -> str:
     """The result table printed at the end of `modformer train` and by `modformer eval`."""
     test = summary["test"]
-    lines = [f"{summary.get('model', summary['variant'])} on {summary['task']} (seed {summary['seed']}, step {summary['step']}, "
+    lines = [f"{summary['model']} on {summary['task']} (seed {summary['seed']}, step {summary['step']}, "
              f"{summary['parameters']['trainable']:,} of {summary['parameters']['total']:,} parameters trained)",
              "", f"  {'test metric':<24}{'value':>10}", f"  {'-' * 34}",
              *(f"  {key.replace('_', ' '):<24}{value:>10.4f}" for key, value in test.items()
@@ -258,8 +258,6 @@ def cmd_list(args: argparse.Namespace) -> int:
                 print(f"  {name}: " + "; ".join(f"{k} ({t}, default {d}): {h}"
                                                 for k, t, d, h in describe(part.Options, options)))
     print("tasks (task.name): " + ", ".join(f"{n}{_origin(TASKS, n)}" for n in _names(TASKS)))
-    if TASKS.aliases():
-        print("  former names, still read: " + ", ".join(f"{old} (now {new})" for old, new in TASKS.aliases().items()))
     print("\n".join(describe_papers()))
     print("parts of your own: name them by import path, package.module:Class (examples/README.md); every part's "
           "options: modformer list --options; a config's parts: modformer train --help CONFIG")

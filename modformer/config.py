@@ -41,16 +41,13 @@ class RunConfig:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
 
-def _variant_mixer(data: dict[str, Any], saved: bool) -> None:
+def _variant_mixer(data: dict[str, Any]) -> None:
     """The mixer a variant builds with, against the one the config asks for:
     - a variant that is about one mixer (MixiT: `mixing`; Frozen-QK: `attention`, whose Q and
       K it freezes) fills it in for `model.mixer`; another mixer there is an error naming both
       keys, not a model silently built otherwise;
     - a variant that takes any mixer, given the mixer that makes it another variant (standard
-      with `mixing` is MixiT), is refused, so that no report labels MixiT "standard".
-    A `saved` config (a run's own record) is read as what was built: records written before
-    variants filled in their mixer hold the default, `attention`, for MixiT, and records
-    written before the refusal are taken as they are."""
+      with `mixing` is MixiT), is refused, so that no report labels MixiT "standard"."""
     model = data.get("model")
     if not isinstance(model, dict):
         return
@@ -60,14 +57,12 @@ def _variant_mixer(data: dict[str, Any], saved: bool) -> None:
     variant = VARIANTS[name]
     given = model.get("mixer")
     if variant.mixer is not None:
-        if given is None or (saved and given == "attention"):
+        if given is None:
             model["mixer"] = variant.mixer
         elif not MIXERS.same(given, variant.mixer):
             raise ConfigError(f"model.mixer={given} conflicts with model.variant={name}, which is built with the "
                               f"'{variant.mixer}' mixer: drop model.mixer, or choose a variant that takes any mixer "
                               f"({', '.join(v for v in VARIANTS if VARIANTS[v].mixer is None)})")
-    if saved:
-        return
     if variant.mixer is None and given is not None:
         for other in VARIANTS:
             if other != name and VARIANTS[other].mixer is not None and MIXERS.same(VARIANTS[other].mixer, given) \
@@ -93,25 +88,16 @@ def _unread_ffn(model: ModelConfig) -> None:
                       f"feed-forward modules (those of model.ffn={built}): drop model.{key}")
 
 
-def today_task_name(data: dict[str, Any]) -> dict[str, Any]:
-    """Plain config data (a run's, or a sweep's) with a former task name as today's
-    (`TASKS.canonical`); the data itself where its task section names none."""
-    task = data.get("task")
-    if isinstance(task, dict) and "name" in task:
-        return {**data, "task": {**task, "name": TASKS.canonical(task["name"])}}
-    return data
-
-
-def config_from_dict(data: dict[str, Any] | None, *, saved: bool = False) -> RunConfig:
+def config_from_dict(data: dict[str, Any] | None) -> RunConfig:
     """Strictly build a `RunConfig` from plain data: the variant's own mixer is filled in,
-    the named construction fills in its values (`constructions.py`; older configs are read
-    first), and the model's vocabulary and sequence length, when null, are resolved from the
-    task.
+    the named construction fills in its values (`constructions.py`), and the model's
+    vocabulary and sequence length, when null, are resolved from the task. A run's own
+    config.yaml is read so too: records of today's format hold every key as built
+    (`modformer migrate` brings older ones up to it).
 
     Args:
         data: the config as plain data (sections `model`, `task`, `train`, maybe `sweep`), as
             its YAML holds it; None for the defaults. It is not changed.
-        saved: the data is a run's own record (its config.yaml), read as it was written.
 
     Returns:
         The run config, every key checked (an unknown key or a wrong type raises `ConfigError`).
@@ -119,9 +105,8 @@ def config_from_dict(data: dict[str, Any] | None, *, saved: bool = False) -> Run
     data = copy.deepcopy(data) if data else {}
     if not isinstance(data, dict):
         raise ConfigError(f"a config must be a mapping with sections model, task, train; got {type(data).__name__}")
-    _variant_mixer(data, saved)
-    data = today_task_name(data)  # a former name is recorded as today's
-    apply_construction(data, saved)
+    _variant_mixer(data)
+    apply_construction(data)
     task_data = data.pop("task", None) or {}
     if not isinstance(task_data, dict):
         raise ConfigError(f"task: expected a mapping, got {task_data!r}")
@@ -135,10 +120,9 @@ def config_from_dict(data: dict[str, Any] | None, *, saved: bool = False) -> Run
             raise ConfigError(f"unknown config key '{key}' (known sections: model, task, train)")
     model = from_dict(ModelConfig, data.get("model"), "model")
     VARIANTS[model.variant]  # unknown names fail here, naming their key; so do a part's bad options
-    if not saved:
-        _unread_ffn(model)
+    _unread_ffn(model)
     # Every option of a part, defaults included, so that config.yaml rebuilds the model even after
-    # the part's code changes a default (a saved run is read the same way: what it recorded wins).
+    # the part's code changes a default (a run's own record is read the same way: what it recorded wins).
     model = replace(model,
                     construction_options=construction_options(model.construction, model.construction_options),
                     mixer_options=resolved_options(MIXERS, model.mixer, model.mixer_options, "model.mixer_options"),

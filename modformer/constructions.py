@@ -14,9 +14,8 @@ the strict loader reads it), how it names a resolved config (`label`, e.g. "refe
 `model.construction_options`, checked like a part's), and the paper whose experiments it
 serves (`paper`: a report of a sweep built with it adds that paper's sections).
 
-Configs written before a key moved are read by the `LEGACY` readers a paper registers: each
-takes the raw data and moves or drops what it once wrote (a run's own config.yaml stays
-readable and resumable).
+Configs written before a key moved are not read here: `modformer migrate` rewrites them once
+(modformer/migrate.py; a paper registers its own migrations).
 """
 
 from __future__ import annotations
@@ -57,27 +56,14 @@ def _not_a_construction(item: object) -> Construction:
 CONSTRUCTIONS.register("corrected")(Construction(
     "the library's own defaults: every option as declared, nothing filled in", _nothing, lambda config: "corrected"))
 
-# Readers of raw config data written before a key moved: fn(data, saved) -> None, in place.
-LEGACY: list[Callable[[dict[str, Any], bool], None]] = []
-
-
 def _name(data: dict[str, Any]) -> Any:
     model = data.get("model")
     return model.get("construction", "corrected") if isinstance(model, dict) else "corrected"
 
 
-def read_older(data: dict[str, Any], saved: bool = False) -> dict[str, Any]:
-    """Read what older configs wrote (`LEGACY`: keys since moved, values since made explicit),
-    in place; `saved`: the data is a run's own record. Returns `data`."""
-    for read in LEGACY:
-        read(data, saved)
-    return data
-
-
-def apply_construction(data: dict[str, Any], saved: bool = False) -> dict[str, Any]:
-    """Read what older configs wrote (`read_older`), then fill in the named construction's
-    values for every key `data` (raw config data) does not set. In place; returns `data`."""
-    read_older(data, saved)
+def apply_construction(data: dict[str, Any]) -> dict[str, Any]:
+    """Fill in the named construction's values for every key `data` (raw config data) does
+    not set. In place; returns `data`."""
     name = _name(data)
     if not isinstance(name, str):
         raise ConfigError(f"model.construction: expected the name of a construction, got {name!r}")

@@ -83,7 +83,7 @@ def load_checkpoint_model(path: str | Path, overrides: Sequence[str] = ()) -> tu
         raise ModformerError(f"{path} records no config; it was not written by modformer")
     for assignment in overrides:
         apply_override(data, assignment)
-    cfg = config_from_dict(data, saved=True)
+    cfg = config_from_dict(data)
     model = build_model(cfg.model, cfg.train.seed)
     load_model_state(model, ckpt.model, path)
     return model, cfg.to_dict(), ckpt.step

@@ -11,8 +11,11 @@ changed, in words:
 - `SWEEP`: fn(data) on a sweep.yaml as plain data (its `sweep` section included);
 - `SUMMARY`: fn(summary, config) on a finished run's summary (summary.json and its copy in
   the sweep's results.jsonl), with the run's config.yaml as plain data (None where absent);
-- `LAYOUT`: fn(folder) -> bool, a folder laid out another way rewritten as today's (a sweep),
-  True where it recognised the folder.
+- `COMMAND`: fn(words) on one recorded command (a line of a sweep's commands.txt, split as the
+  shell splits it), so that the commands still rebuild the runs they made;
+- `LAYOUT`: fn(folder, config) -> bool, a folder laid out another way rewritten as today's
+  (a sweep), True where it recognised the folder; `config`, where given, the sweep file that
+  rebuilds it (a layout that does not say its own variants, grid and seeds needs one).
 
 The library's own are below; a paper plugin adds the migrations of what it once wrote
 (`Paper.migration`). Every migration is idempotent: a folder migrated twice is unchanged the
@@ -23,6 +26,7 @@ and each run's run.json) last, so a migration stopped midway is completed by run
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -31,7 +35,7 @@ import yaml
 
 from .errors import ModformerError
 from .files import atomic_write_text
-from .registry import TASKS, VARIANTS
+from .registry import VARIANTS
 from .version import RECORDS_FORMAT
 
 FORMAT = RECORDS_FORMAT  # of sweep.yaml and run.json; records without a stamp are format 1 (before 2026-12-06)
@@ -39,19 +43,25 @@ FORMAT = RECORDS_FORMAT  # of sweep.yaml and run.json; records without a stamp a
 ConfigMigration = Callable[[dict[str, Any], bool], list[str]]
 SweepMigration = Callable[[dict[str, Any]], list[str]]
 SummaryMigration = Callable[[dict[str, Any], "dict[str, Any] | None"], list[str]]
-LayoutMigration = Callable[[Path], bool]
+CommandMigration = Callable[[list[str]], list[str]]
+LayoutMigration = Callable[[Path, "Path | None"], bool]
 
 CONFIG: list[ConfigMigration] = []
 SWEEP: list[SweepMigration] = []
 SUMMARY: list[SummaryMigration] = []
+COMMAND: list[CommandMigration] = []
 LAYOUT: list[LayoutMigration] = []
 
 
+# Tasks since renamed: former name -> today's.
+TASK_NAMES = {"condattend": "retrieval"}
+
+
 def _task_name(data: dict[str, Any], saved: bool) -> list[str]:
-    """A task since renamed (`condattend` -> `retrieval`): the name it is registered under today."""
+    """A task since renamed (`TASK_NAMES`): the name it is registered under today."""
     task = data.get("task")
     name = task.get("name") if isinstance(task, dict) else None
-    today = TASKS.canonical(name)
+    today = TASK_NAMES.get(name, name) if isinstance(name, str) else name
     if isinstance(name, str) and today != name:
         task["name"] = today
         return [f"task.name {name} -> {today}"]
@@ -87,7 +97,7 @@ def _sweep_task_names(data: dict[str, Any]) -> list[str]:
     grid = (data.get("sweep") or {}).get("grid") or {}
     names = grid.get("task.name")
     if isinstance(names, list):
-        today = [TASKS.canonical(n) for n in names]
+        today = [TASK_NAMES.get(n, n) if isinstance(n, str) else n for n in names]
         if today != names:
             grid["task.name"] = today
             changed.append(f"sweep.grid.task.name {names} -> {today}")
@@ -106,7 +116,7 @@ def _summary_model(summary: dict[str, Any], config: dict[str, Any] | None) -> li
 def _summary_task(summary: dict[str, Any], config: dict[str, Any] | None) -> list[str]:
     """A summary's task under a name since renamed: today's."""
     name = summary.get("task")
-    today = TASKS.canonical(name)
+    today = TASK_NAMES.get(name, name) if isinstance(name, str) else name
     if isinstance(name, str) and today != name:
         summary["task"] = today
         return [f"summary.task {name} -> {today}"]
@@ -124,7 +134,29 @@ def _summary_flops_of(summary: dict[str, Any], config: dict[str, Any] | None) ->
     return []
 
 
+def _command_task_names(words: list[str]) -> list[str]:
+    """A recorded override naming a task since renamed: today's name."""
+    changed = []
+    for i, word in enumerate(words):
+        key, _, value = word.partition("=")
+        if key == "task.name" and value in TASK_NAMES:
+            words[i] = f"{key}={TASK_NAMES[value]}"
+            changed.append(f"{word} -> {words[i]}")
+    return changed
+
+
+def rename_override(words: list[str], old: str, new: str) -> list[str]:
+    """Recorded overrides of the key `old` (`old=value`) as of `new`, in place; what changed."""
+    changed = []
+    for i, word in enumerate(words):
+        if word.startswith(old + "="):
+            words[i] = new + word[len(old):]
+            changed.append(f"{old}= -> {new}=")
+    return changed
+
+
 CONFIG += [_task_name, _variant_mixer]
+COMMAND += [_command_task_names]
 SWEEP += [_sweep_kind, _sweep_task_names]
 SUMMARY += [_summary_model, _summary_task, _summary_flops_of]
 
@@ -204,6 +236,21 @@ def _run_folder(run: Path, done: Migrated) -> None:
             done.changes.setdefault(str(info.relative_to(done.folder)), []).append(f"format {FORMAT}")
 
 
+def _commands(path: Path, done: Migrated) -> None:
+    """The sweep's recorded commands, each line rewritten where a command migration changes it."""
+    if not path.is_file():
+        return
+    lines, changed = [], []
+    for line in path.read_text().splitlines():
+        words = shlex.split(line) if line.strip() else []
+        what = [c for fn in COMMAND for c in fn(words)]
+        lines.append(shlex.join(words) if what else line)
+        changed += what
+    if changed:
+        atomic_write_text(path, "".join(line + "\n" for line in lines))
+        done.changes[str(path.relative_to(done.folder))] = changed
+
+
 def _sweep_folder(folder: Path, done: Migrated) -> None:
     saved = _read_yaml(folder / "sweep.yaml")
     if not isinstance(saved, dict):
@@ -229,21 +276,25 @@ def _sweep_folder(folder: Path, done: Migrated) -> None:
     if rewritten:
         atomic_write_text(results, "".join(json.dumps(r) + "\n" for r in records))
         done.changes["results.jsonl"] = rewritten
+    _commands(folder / "commands.txt", done)
     if changed or saved.get("format") != FORMAT:  # the stamp last: a folder stopped midway is not yet today's
         saved = {"format": FORMAT, **{k: v for k, v in saved.items() if k != "format"}}
         atomic_write_text(folder / "sweep.yaml", _dump_yaml(saved))
         done.changes["sweep.yaml"] = [*changed, f"format {FORMAT}"]
 
 
-def migrate(folder: str | Path) -> Migrated:
+def migrate(folder: str | Path, config: str | Path | None = None) -> Migrated:
     """Rewrite `folder` (a sweep folder, a run folder, or one laid out as a paper's experiment
-    once was) in today's records; idempotent. Refuses, in one line, a folder it does not know."""
+    once was) in today's records; idempotent. Refuses, in one line, a folder it does not know.
+    `config`: the sweep file that rebuilds a former layout that does not say its own sweep."""
     folder = Path(folder)
     if not folder.is_dir():
         raise ModformerError(f"{folder}: no such folder")
+    if config is not None and not Path(config).is_file():
+        raise ModformerError(f"--config {config}: no such file")
     if not (folder / "sweep.yaml").is_file():
         for layout in LAYOUT:  # a paper's former layout becomes a sweep folder first
-            if layout(folder):
+            if layout(folder, None if config is None else Path(config)):
                 break
     if (folder / "sweep.yaml").is_file():
         done = Migrated(folder, "sweep")
@@ -259,7 +310,7 @@ def migrate(folder: str | Path) -> Migrated:
 
 def _migrate_command(args) -> int:
     for folder in args.folders:
-        print("\n".join(migrate(folder).lines()))
+        print("\n".join(migrate(folder, args.config).lines()))
     return 0
 
 
@@ -272,4 +323,6 @@ def migrate_arguments(p) -> None:
                        f"written out; each stamped format {FORMAT}. Idempotent: a folder already up to date is left "
                        "as it is. A folder it does not recognise is refused, unchanged.")
     p.add_argument("folders", nargs="+", metavar="DIR", help="sweep or run folders")
+    p.add_argument("--config", help="the sweep file that rebuilds a folder of a former layout that does not say its "
+                                    "own variants, grid and seeds (a knowledge edit folder)")
     p.set_defaults(func=_migrate_command)

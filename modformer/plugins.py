@@ -37,8 +37,8 @@ from .commands import Command, register as register_command
 from .constructions import CONSTRUCTIONS, Construction
 from .errors import ModformerError
 from .installed_papers import BROKEN, PAPERS
-from .migrate import (CONFIG, LAYOUT, SUMMARY, SWEEP, ConfigMigration, LayoutMigration, SummaryMigration,
-                      SweepMigration)
+from .migrate import (COMMAND, CONFIG, LAYOUT, SUMMARY, SWEEP, CommandMigration, ConfigMigration, LayoutMigration,
+                      SummaryMigration, SweepMigration)
 from .registry import Registry
 from .sweep.kinds import RunKind, register_kind
 from .sweep.sections import MARKS, PRINTED, SECTIONS, Mark, Section
@@ -143,13 +143,16 @@ class Paper:
         return full
 
     def migration(self, config: ConfigMigration | None = None, sweep: SweepMigration | None = None,
-                  summary: SummaryMigration | None = None, layout: LayoutMigration | None = None) -> None:
+                  summary: SummaryMigration | None = None, command: CommandMigration | None = None,
+                  layout: LayoutMigration | None = None) -> None:
         """Teach `modformer migrate` what this paper's records once were (modformer/migrate.py):
         `config` fn(data, saved), `sweep` fn(data), `summary` fn(summary, config), each changing
-        its record in place and returning what it changed in words; `layout` fn(folder) -> bool,
-        a folder of a former layout rewritten as a sweep folder."""
+        its record in place and returning what it changed in words; `command` fn(words), a
+        recorded command's words likewise; `layout` fn(folder, config) -> bool, a folder of a
+        former layout rewritten as a sweep folder."""
         def add() -> None:
-            for table, fn in ((CONFIG, config), (SWEEP, sweep), (SUMMARY, summary), (LAYOUT, layout)):
+            for table, fn in ((CONFIG, config), (SWEEP, sweep), (SUMMARY, summary), (COMMAND, command),
+                              (LAYOUT, layout)):
                 if fn is not None:
                     table.append(fn)
 

@@ -12,7 +12,8 @@ import yaml
 
 from modformer.cli import main
 from modformer.papers.knowledge.edits import EditRunConfig, draw, run_edits
-from modformer.papers.knowledge.edits_kind import folder_as_sweep
+from modformer.migrate import FORMAT
+from modformer.papers.knowledge.migrations import edits_as_sweep
 from modformer.papers.knowledge.report import write_report
 
 UNTIMED = ("seconds", "command", "edit_seconds")
@@ -143,7 +144,9 @@ def test_an_edit_folder_is_laid_out_as_its_sweep_exactly_or_not_at_all(tmp_path,
     folder = tmp_path / "edits"
     lines = one_process_folder(folder)
     report = write_report(folder).read_text()
-    assert folder_as_sweep(folder, config, folder) == folder / "report.md"
+    assert main(["migrate", str(folder)]) == 2  # the one-folder form does not say its sweep
+    assert "give the sweep file that rebuilds it" in capsys.readouterr().err and (folder / "edits.jsonl").exists()
+    assert main(["migrate", str(folder), "--config", str(config)]) == 0
     rows = [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines()]
     assert len(rows) == 4 and {r["status"] for r in rows} == {"done"}
     moved = [line for row in rows for line in (folder / row["run_dir"] / "edits.jsonl").read_text().splitlines()]
@@ -154,6 +157,7 @@ def test_an_edit_folder_is_laid_out_as_its_sweep_exactly_or_not_at_all(tmp_path,
     assert summary["code_version"] == "0.1.0+0123456789ab" and summary["machine"] is None and summary["converted"]
     assert summary["overlap_with_others"] == 0.5  # entry 4 is among each other fact's top 2, entry 0 in none
     assert but_last_line((folder / "report.md").read_text()) == but_last_line(report)
+    assert yaml.safe_load((folder / "sweep.yaml").read_text())["format"] == FORMAT  # and today's records
     assert not (folder / "edits.jsonl").exists() and (folder / "commands.txt").read_text().startswith(
         f"modformer sweep {config} --out {folder}")
     capsys.readouterr()
@@ -168,7 +172,7 @@ def test_an_edit_folder_is_laid_out_as_its_sweep_exactly_or_not_at_all(tmp_path,
         other = tmp_path / name
         before = one_process_folder(other, keys=keys)
         with pytest.raises(Exception, match=message):
-            folder_as_sweep(other, config, other)
+            edits_as_sweep(other, config, other)
         assert (other / "edits.jsonl").read_text().splitlines() == before and not (other / "runs").exists()
     wrong = tmp_path / "wrong"
     one_process_folder(wrong)
@@ -177,6 +181,6 @@ def test_an_edit_folder_is_laid_out_as_its_sweep_exactly_or_not_at_all(tmp_path,
                                                        '"entries", "size": 1, "seed": 1, "facts": ["X')
     (wrong / "edits.jsonl").write_text(text)
     with pytest.raises(Exception, match="entries/1/1 of .* edited"):
-        folder_as_sweep(wrong, config, wrong)
+        edits_as_sweep(wrong, config, wrong)
     assert not list(tmp_path.glob(".*partial*"))
     shutil.rmtree(wrong)

@@ -16,39 +16,38 @@ from modformer.configtools import to_dict
 from modformer.migrate import FORMAT, migrate
 from modformer.sweep.spec import load_sweep
 
+ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data" / "format1"
 OLD = ["main_corrected",  # task condattend, MixiT recorded with mixer attention, no sweep.experiment
        "sentiment_reference_v4.53"]  # model.reference_transformers, no model.mixing.extra_positions
 
 
 def resolved(path: Path) -> dict:
-    return to_dict(config_from_dict(yaml.safe_load(path.read_text()), saved=True))
+    return to_dict(config_from_dict(yaml.safe_load(path.read_text())))
 
 
 @pytest.mark.parametrize("name", OLD)
-def test_a_committed_folder_migrates_once_and_reads_as_before(name, tmp_path, capsys):
+def test_a_folder_of_format_1_is_refused_then_migrates_once_into_the_committed_records(name, tmp_path, capsys):
     folder = tmp_path / Path(name).name
     shutil.copytree(DATA / name, folder)
-    runs = sorted(p.parent for p in (folder / "runs").rglob("config.yaml"))
-    before = {run: resolved(run / "config.yaml") for run in runs}
-    assert main(["report", str(folder)]) == 0
-    report = (folder / "report.md").read_text()
+    assert main(["report", str(folder)]) == 2  # today's readers refuse records of format 1, naming the command
+    assert f"modformer migrate {folder}" in capsys.readouterr().err
     done = migrate(folder)
     assert done.kind == "sweep" and done.changes["sweep.yaml"][-1] == f"format {FORMAT}"
     saved = yaml.safe_load((folder / "sweep.yaml").read_text())
     assert saved["format"] == FORMAT and saved["sweep"]["experiment"] == "train"
-    for run in runs:  # today's reading of the migrated record is today's reading of the old one
-        assert resolved(run / "config.yaml") == before[run]
-        assert json.loads((run / "run.json").read_text())["format"] == FORMAT
-    raw = [yaml.safe_load((run / "config.yaml").read_text()) for run in runs]
-    assert all(r["task"]["name"] != "condattend" and "reference_transformers" not in r["model"] for r in raw)
-    records = [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines()]
-    assert all(r["summary"]["model"] == json.loads((folder / r["run_dir"] / "summary.json").read_text())["model"]
-               for r in records if r["status"] == "done")
-    assert main(["quote", "--check", str(folder / "README.md")]) == 0  # every figure as before
+    # Each record rewritten is the committed folder's, which this command migrated once (results/).
+    committed = ROOT / "results" / "random_attention" / name
+    runs = sorted(p.parent for p in (folder / "runs").rglob("config.yaml"))
+    for run in runs:
+        for record in ("config.yaml", "summary.json", "run.json"):
+            assert (run / record).read_text() == (committed / run.relative_to(folder) / record).read_text()
+        resolved(run / "config.yaml")  # and today's code reads it
+    assert (folder / "commands.txt").read_text() == (committed / "commands.txt").read_text()  # they still rebuild it
+    lines = {json.loads(line)["run_id"]: line for line in (committed / "results.jsonl").read_text().splitlines()}
+    assert all(line == lines[json.loads(line)["run_id"]] for line in (folder / "results.jsonl").read_text().splitlines())
+    assert main(["quote", "--check", str(folder / "README.md")]) == 0  # every figure as the old code quoted it
     assert main(["report", str(folder)]) == 0
-    drop = lambda text: [line for line in text.splitlines() if not line.startswith("Task `")]  # noqa: E731
-    assert drop((folder / "report.md").read_text()) == drop(report)  # but the task's and options' names
     assert migrate(folder).changes == {}  # once
     capsys.readouterr()
     assert main(["migrate", str(folder)]) == 0 and "nothing to do" in capsys.readouterr().out
@@ -95,3 +94,43 @@ def test_the_committed_records_are_in_todays_format():
         assert yaml.safe_load((folder / "sweep.yaml").read_text()).get("format") == FORMAT, folder
         for info in (folder / "runs").rglob("run.json"):
             assert json.loads(info.read_text()).get("format") == FORMAT, info
+
+
+def test_no_reader_outside_the_migrations_knows_a_former_name():
+    """Former keys, task names and readers of older records live in the migrations alone
+    (modformer/migrate.py and each paper's migrations module): the library reads today's."""
+    import re
+
+    package = Path(__file__).resolve().parents[1] / "modformer"
+    former = re.compile(r"[\"']condattend[\"']|reference_transformers|reference_init|today_task_name|today_names|read_older"
+                        r"|LEGACY|(?<!llm_)modules\.lock|seed_\{|saved=True|setdefault\(\"experiment\"")
+    allowed = {package / "migrate.py", *package.glob("papers/*/migrations.py")}
+    naming = sorted(str(p.relative_to(package)) for p in package.rglob("*.py")
+                    if p not in allowed and former.search(p.read_text()))
+    assert naming == [], naming
+
+
+def test_an_llm_modules_folder_of_the_one_folder_layout_becomes_its_sweep(tmp_path):
+    """`modformer llm-modules` once ran every arm and seed in one folder (runs/ARM/seed_S/, one
+    config.yaml naming every arm and seed, split.json): laid out so from a committed sweep's
+    runs, migrated, it is that sweep again, its report the committed one."""
+    sweep = Path(__file__).resolve().parents[1] / "results" / "llm_modules" / "facts_two_bridges_one_layer"
+    folder = tmp_path / "two_bridges"
+    rows = [json.loads(line) for line in (sweep / "results.jsonl").read_text().splitlines()]
+    for row in rows:
+        run = folder / "runs" / row["variant"] / f"seed_{row['seed']}"
+        run.mkdir(parents=True)
+        for name in ("summary.json", "metrics.jsonl"):
+            shutil.copy2(sweep / row["run_dir"] / name, run / name)
+    first = sweep / rows[0]["run_dir"]
+    cfg = yaml.safe_load((first / "config.yaml").read_text())
+    cfg["arms"], cfg["seeds"] = list(dict.fromkeys(r["variant"] for r in rows)), sorted({r["seed"] for r in rows})
+    (folder / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    shutil.copy2(first / "split.json", folder / "split.json")
+    assert migrate(folder).kind == "sweep"
+    assert yaml.safe_load((folder / "sweep.yaml").read_text())["format"] == FORMAT
+    moved = {r["run_id"]: r["summary"] for r in map(json.loads, (folder / "results.jsonl").read_text().splitlines())}
+    assert moved == {r["run_id"]: r["summary"] for r in rows}
+    committed, _ = (sweep / "report.md").read_text().rsplit("\n\n", 1)
+    assert (folder / "report.md").read_text().rsplit("\n\n", 1)[0] == committed
+    assert migrate(folder).changes == {}  # once

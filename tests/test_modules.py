@@ -434,7 +434,7 @@ def test_the_report_shows_the_forced_gates(tiny_teacher):
                       "held_out_answer_exact_tf": 0.0} for k, g in (("0", 0.0), ("0_5", 0.5))}
         return {"arm": arm, "seed": seed, "held_out_exact": 0.0, "train_exact": 0.5, "held_out_answer_loss": loss,
                 "train_loss": 2.0, "trainable": {"student": 1, "bridge": 1}, "gate_mean": {"input": 0.4},
-                "forced_gate": forced}
+                "forced_gate": forced, "code_version": "0.1.0+0123456789ab", "machine": "a CPU"}
 
     cfg = tiny_config(tiny_teacher, "arms=[teacher,random_teacher]", "bridge.eval_gates=[0,0.5]").to_dict()
     by_arm = {"teacher": [run("teacher", 0, 3.0), run("teacher", 1, 3.2)],

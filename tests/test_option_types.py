@@ -80,7 +80,7 @@ def test_choices_are_given_as_strings_recorded_plain_and_read_back():
     assert cfg.model.mixer_options == {"gate": "silu", "activation": "tanh", "scales": [1.0, 1.0], "mask": None,
                                        "window": {"size": 2}}
     text = cfg.to_yaml()  # an Enum is recorded by its value, so the YAML is plain
-    again = config_from_dict(yaml.safe_load(text), saved=True)
+    again = config_from_dict(yaml.safe_load(text))
     model = build_model(again.model, 0)
     assert model.blocks[0].mixer.options == GatedOptions(gate="silu", activation=Activation.TANH)
     by_name = load_config(None, [f"model.mixer={HERE}:GatedMean", "model.mixer_options.activation=TANH"])

@@ -18,7 +18,7 @@ from modformer import build_model, capture
 from modformer.config import config_from_dict
 from modformer.constructions import construction_label
 from modformer.papers.random_attention.construction import POINTS
-from modformer.errors import ConfigError
+from modformer.errors import ConfigError, ModformerError
 from modformer.model.config import MixingConfig
 from modformer.model.mixing import mixing_matrices
 from modformer.model.scaled_linear import ScaledLinear
@@ -345,7 +345,7 @@ def test_signal_propagation_builds_the_reference_construction():
     assert cfg.learned_positions and cfg.mixing.sink_head and cfg.ffn == "shaped_leaky_glu"
 
 
-def test_reports_read_construction_and_budget_from_older_runs_configs(tmp_path):
+def test_reports_read_construction_and_budget_from_runs_configs(tmp_path):
     import yaml
     from modformer.papers.random_attention.report import run_facts as _run_facts
     cfg = reference("mixit", ("train.batch_size", 256))
@@ -354,10 +354,11 @@ def test_reports_read_construction_and_budget_from_older_runs_configs(tmp_path):
     old = {"run_id": "a", "run_dir": "runs/a", "summary": {"test": {}}}
     assert _run_facts(tmp_path, old) == ("reference (depth.py) except batch 256",
                                          "51,200 sequences (0.0512% of depth.py's 1e+08), width 64 (0.125x the paper's 512)")
-    # The label is computed from config.yaml, not taken from an older summary's shorter one.
+    # The label is computed from config.yaml, not taken from a summary's shorter one.
     assert _run_facts(tmp_path, {**old, "summary": {"construction": "reference", "test": {}}})[0] == (
         "reference (depth.py) except batch 256")
-    assert _run_facts(tmp_path, {"run_id": "b", "run_dir": "runs/b", "summary": {}}) == ("not recorded",) * 2
+    with pytest.raises(ModformerError, match="run b has no config.yaml"):  # a run's records are whole, or refused
+        _run_facts(tmp_path, {"run_id": "b", "run_dir": "runs/b", "summary": {}})
 
 
 def test_language_modelling_mixit_has_skip_half_and_branch_sqrt_three_quarters():
@@ -420,8 +421,10 @@ def test_the_classifier_attention_reading_is_named_and_chosen():
     assert construction_label(reference("mixit", trainer="trainer.py").to_dict()) == "reference (trainer.py)"
     with pytest.raises(ConfigError, match="construction_options"):
         reference("standard", trainer="trainer_classifier.py", construction_options={"transformers": "4.53"})
-    # A config written when the reading was model.reference_transformers reads the same.
-    assert reference("standard", trainer="trainer_classifier.py", reference_transformers="v4.53") == bidirectional
+    # A config written when the reading was model.reference_transformers is refused (naming the key);
+    # `modformer migrate` moves it (tests/test_migrate.py).
+    with pytest.raises(ConfigError, match="model.reference_transformers"):
+        reference("standard", trainer="trainer_classifier.py", reference_transformers="v4.53")
 
 
 def test_the_initialisation_readings_are_named_and_chosen():
@@ -433,10 +436,17 @@ def test_the_initialisation_readings_are_named_and_chosen():
         "reference (depth.py) except model.init_std=0.05")
     weights = build_model(commented.model, seed=0).blocks[0].mixer.q_proj.weight
     assert abs(weights.std().item() - 1 / math.sqrt(D)) < 0.01
-    # A corrected config never read the older keys: they are dropped, not refused.
-    cfg = config_from_dict({"model": {"reference_transformers": "v4.50", "reference_init": "released"},
-                            "task": {"name": "retrieval", "n_pairs": 4}})
-    assert cfg.model.construction_options == {}
+    # The older keys are read by `modformer migrate` alone: moved for the reference construction,
+    # dropped for another one, where nothing read them.
+    from modformer.papers.random_attention.migrations import migrate_older_configs
+
+    corrected = {"model": {"reference_transformers": "v4.50", "reference_init": "released"}}
+    assert migrate_older_configs(corrected, saved=True) and corrected == {"model": {}}
+    old = {"model": {"construction": "reference", "variant": "mixit", "reference_init": "commented"}}
+    assert len(migrate_older_configs(old, saved=True)) == 2  # the key moved; extra_positions written out
+    assert old["model"]["construction_options"] == {"init": "commented"}
+    assert old["model"]["mixing"] == {"extra_positions": 0}
+    assert migrate_older_configs(old, saved=True) == []  # once
 
 
 def test_a_frozen_pad_row_needs_a_pad_token():

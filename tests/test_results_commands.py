@@ -44,10 +44,9 @@ def parse(line: str) -> tuple[str, list[str], list[str]]:
 
 
 def recorded(path: Path, kind) -> dict:
-    """A run's saved config as today's code reads it (a `modformer train` run's older keys
-    through the readers of older configs)."""
+    """A run's saved config as today's code reads it."""
     data = yaml.safe_load(path.read_text())
-    return flatten(to_dict(config_from_dict(data, saved=True) if kind.name == "train" else kind.read(data)))
+    return flatten(to_dict(config_from_dict(data) if kind.name == "train" else kind.read(data)))
 
 
 @pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: str(p.relative_to(ROOT / "results")))

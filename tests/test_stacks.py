@@ -74,7 +74,7 @@ def test_the_recorded_layers_rebuild_the_trained_model(tmp_path):
     model, reloaded, _, _ = load_run(run)
     assert reloaded.model.layers == cfg.model.layers
     assert [type(b.mixer) for b in model.blocks] == [MixingMixer, SelfAttention]
-    rebuilt = build_model(config_from_dict(reloaded.to_dict(), saved=True).model, cfg.train.seed)
+    rebuilt = build_model(config_from_dict(reloaded.to_dict()).model, cfg.train.seed)
     assert frozen(rebuilt) == ["blocks.1.mixer.k_proj.weight", "blocks.1.mixer.q_proj.weight"]
     versions = part_versions(reloaded)
     assert versions["model.layers[0].mixer"]["name"] == "mixing" and versions["model.layers[1].variant"]["name"] \
@@ -105,7 +105,7 @@ def test_a_model_wide_key_changed_on_a_recorded_stack_reaches_the_layers_that_in
     """config.yaml records each layer's departures, so `model.ffn=gelu` on a run's config is
     every layer's but the one that names its own; options merge over the model's."""
     cfg = load_config(None, ["model.n_layers=3", "model.layers={0: mixit, 2: {ffn: relu}}"])
-    again = config_from_dict({**cfg.to_dict(), "model": {**cfg.to_dict()["model"], "ffn": "gelu"}}, saved=True)
+    again = config_from_dict({**cfg.to_dict(), "model": {**cfg.to_dict()["model"], "ffn": "gelu"}})
     assert [(layer.variant, layer.ffn) for layer in layer_plan(again.model)] == [
         ("mixit", "gelu"), ("standard", "gelu"), ("standard", "relu")]
     assert [type(b.ffn).__name__ for b in build_model(again.model, 0).blocks][1] != \

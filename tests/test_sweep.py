@@ -4,10 +4,9 @@ import pytest
 import yaml
 
 from modformer.cli import main
-from modformer.config import config_from_dict
 from modformer.errors import ConfigError, ModformerError
 from modformer.sweep.report import write_report
-from modformer.sweep.runner import SweepRunner, read_results, run_config, today_names
+from modformer.sweep.runner import SweepRunner, read_results
 from modformer.sweep.spec import load_sweep
 
 SWEEP = {
@@ -224,7 +223,7 @@ def test_a_curve_gathers_the_matching_runs_of_several_sweeps(tmp_path):
         """A sweep folder with finished runs (variant, steps, lr, seed, accuracy), as a sweep leaves them."""
         out = tmp_path / name
         out.mkdir()
-        (out / "sweep.yaml").write_text("sweep: {}\n")
+        (out / "sweep.yaml").write_text("format: 2\nsweep: {experiment: train}\n")
         lines = []
         for variant, steps, lr, seed, accuracy in runs:
             run_id = f"{variant}/train.steps={steps},train.lr={lr}/seed{seed}"
@@ -294,8 +293,8 @@ def finished_sweep(out, variants, seeds, runs, grid=None):
     out.mkdir()
     grid = grid or {"train.lr": sorted({lr for _, lr, _, _, _ in runs})}
     (out / "sweep.yaml").write_text(yaml.safe_dump({
-        "task": {"name": "retrieval"}, "sweep": {"variants": variants, "grid": grid, "seeds": seeds,
-                                                   "metric": "accuracy", "mode": "max"}}))
+        "format": 2, "task": {"name": "retrieval"}, "sweep": {"experiment": "train", "variants": variants, "grid": grid,
+                                                              "seeds": seeds, "metric": "accuracy", "mode": "max"}}))
     lines = []
     for variant, lr, seed, validation, test in runs:
         run_id = f"{variant}/train.lr={lr}/seed{seed}"
@@ -303,7 +302,7 @@ def finished_sweep(out, variants, seeds, runs, grid=None):
                       "status": "done", "run_dir": f"runs/{run_id}",
                       "summary": {"validation": {"accuracy": validation, "loss": 1 - validation},
                                   "test": {"accuracy": test, "loss": 1 - test},
-                                  "parameters": {"trainable": 1000}, "tokens_per_s": 1.0}})
+                                  "parameters": {"trainable": 1000}, "tokens_per_s": 1.0, "model": variant}})
     (out / "results.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
     return out
 
@@ -370,7 +369,7 @@ def test_a_language_modelling_budget_is_counted_in_tokens_on_the_curve_and_the_r
 
     out = tmp_path / "lm"
     out.mkdir()
-    (out / "sweep.yaml").write_text("sweep: {}\n")
+    (out / "sweep.yaml").write_text("format: 2\nsweep: {experiment: train}\n")
     lines, groups = [], {}
     for steps in (10, 40):
         for seed in (0, 1):
@@ -404,47 +403,20 @@ def test_a_language_modelling_budget_is_counted_in_tokens_on_the_curve_and_the_r
                                                                             tokens[40]: [1.0, 1.0]}
 
 
-def test_a_sweep_saved_before_sweep_experiment_existed_resumes(tmp_path):
-    """Its sweep.yaml has no `experiment`: it is a train sweep, the same sweep as today's file."""
-    import yaml as _yaml
-
-    from modformer.sweep.runner import SweepRunner
-    from modformer.sweep.spec import load_sweep
-
-    path = tmp_path / "s.yaml"
-    path.write_text(_yaml.safe_dump({"model": {"d_model": 32, "n_layers": 1, "n_heads": 2},
-                                     "task": {"name": "retrieval", "n_pairs": 3},
-                                     "sweep": {"variants": ["standard"], "seeds": [0]}}))
-    out = tmp_path / "out"
-    SweepRunner(load_sweep(path), out, echo=lambda m: None)._check_same_sweep()
-    saved = _yaml.safe_load((out / "sweep.yaml").read_text())
-    del saved["sweep"]["experiment"]  # as an older modformer wrote it
-    (out / "sweep.yaml").write_text(_yaml.safe_dump(saved))
-    SweepRunner(load_sweep(path), out, echo=lambda m: None)._check_same_sweep()  # no "different sweep"
-
-
-def test_a_sweep_saved_under_the_retrieval_tasks_former_name_is_the_same_sweep(tmp_path):
-    """`condattend` was the retrieval task's name: a sweep folder saved with it continues under
-    `retrieval`, and a config naming it reads as today's name."""
+def test_a_sweep_folder_of_an_older_records_format_is_refused_naming_the_command(tmp_path):
+    """A sweep.yaml without today's `format` (written before 2026-12-06: no `experiment`, former
+    task names) is neither continued nor read: one line names `modformer migrate` (which
+    tests/test_migrate.py checks)."""
     out = tmp_path / "s"
     out.mkdir()
     runner = SweepRunner(load_sweep(write(tmp_path, SWEEP)), out)
     data = runner.sweep.to_dict()
-    old = {**data, "task": {**data["task"], "name": "condattend"}}
-    (out / "sweep.yaml").write_text(yaml.safe_dump(old))
+    (out / "sweep.yaml").write_text(yaml.safe_dump({**data, "task": {**data["task"], "name": "condattend"}}))
+    for read in (runner._check_same_sweep, lambda: read_results(out)):
+        with pytest.raises(ModformerError, match=f"records of format 1, not this modformer's 2: .*modformer migrate {out}"):
+            read()
+
+    (out / "sweep.yaml").unlink()
+    runner._check_same_sweep()
+    assert yaml.safe_load((out / "sweep.yaml").read_text())["format"] == 2
     runner._check_same_sweep()  # not "holds a different sweep"
-    assert config_from_dict({k: v for k, v in old.items() if k != "sweep"}).task.name == "retrieval"
-    (out / "sweep.yaml").write_text(yaml.safe_dump({**data, "task": {**data["task"], "name": "addition"}}))
-    with pytest.raises(ModformerError, match="holds a different sweep"):
-        runner._check_same_sweep()
-    grid = {**data, "sweep": {**data["sweep"], "grid": {**data["sweep"]["grid"], "task.name": ["condattend"]}}}
-    assert today_names(grid)["sweep"]["grid"]["task.name"] == ["retrieval"]  # a grid axis of task names too
-    axis = SweepRunner(load_sweep(write(tmp_path, SWEEP), ["sweep.grid={task.name: [retrieval]}"]), out)
-    saved = axis.sweep.to_dict()
-    saved["sweep"]["grid"]["task.name"] = ["condattend"]
-    (out / "sweep.yaml").write_text(yaml.safe_dump(saved))
-    axis._check_same_sweep()  # a folder saved with the former name on a grid axis continues too
-    run = out / "runs" / "old"
-    run.mkdir(parents=True)
-    (run / "config.yaml").write_text(yaml.safe_dump({"task": {"name": "condattend", "n_pairs": 3}}))
-    assert run_config(out, {"run_id": "old", "run_dir": "runs/old"})["task"]["name"] == "retrieval"  # curves pool it

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+import yaml
+
 from ..config import config_from_dict
 from ..configtools import to_dict
 from ..errors import ModformerError
@@ -29,6 +31,7 @@ from ..registry import TASKS
 from ..train.checkpoint import list_checkpoints
 from ..train.preflight import preflight
 from ..variants import build_model
+from ..version import RECORDS_FORMAT
 
 
 @dataclass(frozen=True)
@@ -96,16 +99,30 @@ def run_kind(name: str) -> RunKind:
     return RUN_KINDS[name]
 
 
+def check_format(sweep_dir: Path) -> None:
+    """Refuse, in one line naming the command that brings it up to date, a sweep folder whose
+    records an older (or newer) modformer wrote: its sweep.yaml's `format` is not today's."""
+    path = Path(sweep_dir) / "sweep.yaml"
+    if not path.is_file():
+        return
+    try:
+        saved = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise ModformerError(f"cannot read {path} ({e.__class__.__name__})") from None
+    written = saved.get("format", 1) if isinstance(saved, dict) else None
+    if written != RECORDS_FORMAT:
+        raise ModformerError(f"{sweep_dir} holds records of format {written}, not this modformer's {RECORDS_FORMAT}: "
+                             f"bring it up to date once with `modformer migrate {sweep_dir}`")
+
+
 def kind_in(saved: dict[str, Any]) -> RunKind:
-    """The kind of run a saved sweep file (sweep.yaml, read) names: train where it names none
-    (saved before sweep.experiment existed)."""
-    return run_kind((saved.get("sweep") or {}).get("experiment", "train"))
+    """The kind of run a saved sweep file (sweep.yaml, read) names."""
+    return run_kind((saved.get("sweep") or {}).get("experiment"))
 
 
 def kind_of(sweep_dir: Path) -> RunKind:
     """The kind of the runs of the sweep in `sweep_dir`, as its sweep.yaml says (`kind_in`)."""
-    import yaml
-
+    check_format(sweep_dir)
     try:
         saved = yaml.safe_load((Path(sweep_dir) / "sweep.yaml").read_text()) or {}
     except (OSError, yaml.YAMLError) as e:

@@ -22,7 +22,7 @@ from ..train.mfu import OWN
 from ..train.records import read_records
 from .budget_plot import plot_budget
 from .kinds import kind_in
-from .runner import read_results, run_config, today_names
+from .runner import read_results, run_config
 from .sections import PRINTED, SECTIONS, papers_of
 from ..stats import metric_bounds, summarize
 from ..tasks.base import TaskConfig
@@ -32,8 +32,8 @@ def _load(sweep_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]], list[d
     path = sweep_dir / "sweep.yaml"
     if not path.exists():
         raise ModformerError(f"{sweep_dir} is not a sweep directory (no sweep.yaml)")
-    spec = today_names(yaml.safe_load(path.read_text()))  # a folder saved before a task's rename reads as today's
-    results = list(read_results(sweep_dir).values())
+    results = list(read_results(sweep_dir).values())  # refuses records of another format
+    spec = yaml.safe_load(path.read_text())
     done = [r for r in results if r["status"] == "done"]
     if not done:
         raise ModformerError(f"{sweep_dir} has no finished run yet")
@@ -93,22 +93,22 @@ def _test_accuracy(summaries: list[dict]) -> str:
 
 def _mfu(summaries: list[dict]) -> str:
     """The range of the runs' model FLOPs utilisation (modformer.train.mfu); 'n/a' for runs
-    recorded before summaries held it."""
+    recorded before summaries held it (it cannot be measured again afterwards)."""
     values = [x["mfu"]["mfu"] for x in summaries if "mfu" in x]
     if not values:
         return "n/a"
     low, high = min(values), max(values)
-    # * where some run counted the standard model's FLOPs, not its own (older summaries all did)
-    estimate = "*" if any(x["mfu"].get("flops_of") != OWN for x in summaries if "mfu" in x) else ""
+    # * where some run counted the standard model's FLOPs, not its own
+    estimate = "*" if any(x["mfu"]["flops_of"] != OWN for x in summaries if "mfu" in x) else ""
     return (f"{low:.1%}" if f"{low:.1%}" == f"{high:.1%}" else f"{low:.1%}-{high:.1%}") + estimate
 
 
 def _model_names(done: list[dict]) -> dict[str, str]:
     """variant -> what its runs' summaries call the model, where all its runs agree (a grid over
-    model.mixer names the mixer in each setting instead); summaries older than the name are left out."""
+    model.mixer names the mixer in each setting instead)."""
     seen: dict[str, set[str]] = defaultdict(set)
     for r in done:
-        seen[r["variant"]].add(r["summary"].get("model", r["variant"]))
+        seen[r["variant"]].add(r["summary"]["model"])
     return {v: next(iter(names)) for v, names in seen.items() if len(names) == 1}
 
 

@@ -28,14 +28,12 @@ from typing import Any, Callable, Sequence
 
 import yaml
 
-from ..config import today_task_name
 from ..configtools import get_dotted, set_dotted
 from ..errors import Interrupted, ModformerError
 from ..files import atomic_write_text, durable_append, reserve
-from ..registry import TASKS
 from ..train.records import read_records
 from ..version import RECORDS_FORMAT
-from .kinds import python_command, run_kind
+from .kinds import check_format, python_command, run_kind
 from .spec import RunSpec, Sweep
 
 IGNORED_WHEN_RESUMING = {"workers", "launcher", "slurm", "paper"}  # sweep keys that may change between invocations
@@ -62,29 +60,18 @@ def extends(old: dict[str, Any], new: dict[str, Any]) -> bool:
             and within(o.get("seeds") or [], n.get("seeds") or []))
 
 
-def today_names(data: dict[str, Any]) -> dict[str, Any]:
-    """A sweep's or a run's plain data with a former task name as today's, in its task section
-    and on a `task.name` grid axis (a sweep saved before a rename is the same sweep as one that
-    names the task anew, and its runs the same settings)."""
-    data = today_task_name(data)
-    sweep = data.get("sweep")
-    grid = sweep.get("grid") if isinstance(sweep, dict) else None
-    if isinstance(grid, dict) and isinstance(grid.get("task.name"), list):
-        data = {**data, "sweep": {**sweep, "grid": {**grid, "task.name": [TASKS.canonical(n) for n in grid["task.name"]]}}}
-    return data
-
-
 def read_results(sweep_dir: Path) -> dict[str, dict[str, Any]]:
-    """run id -> its latest record in results.jsonl."""
+    """run id -> its latest record in results.jsonl (a folder of another records format refused)."""
+    check_format(sweep_dir)
     path = Path(sweep_dir) / "results.jsonl"
     return {r["run_id"]: r for r in read_records(path)} if path.exists() else {}
 
 
 def run_config(sweep_dir: Path, record: dict[str, Any]) -> dict[str, Any] | None:
     """The config one run of a sweep trained with (its run folder's config.yaml, as plain
-    data), or None where the folder is gone. For facts that older summaries did not record."""
+    data), or None where the folder is gone."""
     path = Path(sweep_dir) / record.get("run_dir", f"runs/{record['run_id']}") / "config.yaml"
-    return today_names(yaml.safe_load(path.read_text()) or {}) if path.exists() else None
+    return yaml.safe_load(path.read_text()) or {} if path.exists() else None
 
 
 def _raise_keyboard_interrupt(signum, frame):
@@ -112,11 +99,10 @@ class SweepRunner:
         mine = self.sweep.to_dict()
         if saved.exists():
             old = yaml.safe_load(saved.read_text()) or {}
+            check_format(self.out)
             old.pop("format", None)  # the records' format, not the sweep's
-            if isinstance(old.get("sweep"), dict):  # saved before sweep.experiment existed: a train sweep
-                old["sweep"].setdefault("experiment", "train")
-            def strip(d: dict[str, Any]) -> dict[str, Any]:  # today's task names, then what resuming ignores
-                d = today_names(d)
+
+            def strip(d: dict[str, Any]) -> dict[str, Any]:  # what resuming ignores
                 return {**d, "sweep": {k: v for k, v in d.get("sweep", {}).items() if k not in IGNORED_WHEN_RESUMING}}
 
             if not extends(strip(old), strip(mine)):  # the same sweep extends itself

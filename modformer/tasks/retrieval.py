@@ -1,7 +1,7 @@
 """Retrieval, the task `retrieval` (`task.n_pairs: N`; "retrieval_N" in the results is
 shorthand for that setting, not a task name): find the value stored under a queried key.
-Its former name `condattend` (the reference's, `task_condattendstream.py`) still loads and is
-recorded as `retrieval`; records and reports written before the rename say `condattend`.
+Its former name, `condattend` (the reference's, `task_condattendstream.py`), is in older
+records only: `modformer migrate` renames it there; reports written before say `condattend`.
 
 Format (the random-attention paper's reference format, vocabulary 512):
 
@@ -83,5 +83,3 @@ class Retrieval(Task):
     def target_mask(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return inputs >= self.n + self.half  # the query token
 
-
-TASKS.alias("condattend", "retrieval")

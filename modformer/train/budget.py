@@ -14,7 +14,7 @@ def trained(config: dict[str, Any]) -> dict[str, Any]:
     seq_len, for language modelling), "width": d_model}."""
     train, model, task = (config.get(k) or {} for k in ("train", "model", "task"))
     sequences = int(train.get("steps", 0)) * int(train.get("batch_size", 0))
-    name = TASKS.canonical(task.get("name", TaskConfig().name))
+    name = task.get("name", TaskConfig().name)
     unit = getattr(TASKS[name], "budget_unit", "sequences") if isinstance(name, str) else "sequences"
     amount = sequences * int(task.get("seq_len", 0)) if unit == "tokens" else sequences
     return {"sequences": sequences, "amount": amount, "unit": unit, "width": int(model.get("d_model", 0))}

@@ -141,7 +141,7 @@ class Trainer(TrainingLoop):
 
     def _check_same_config(self, saved: Path) -> None:
         try:
-            old = config_from_dict(yaml.safe_load(saved.read_text()), saved=True)
+            old = config_from_dict(yaml.safe_load(saved.read_text()))
         except (ConfigError, yaml.YAMLError) as e:
             raise ModformerError(f"cannot resume: the saved {saved} is unreadable ({e})") from None
         before, after = flatten(old.to_dict()), flatten(self.cfg.to_dict())

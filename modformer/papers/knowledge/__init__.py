@@ -12,9 +12,10 @@ from ...plugins import Paper
 
 def register(paper: Paper) -> None:
     """What the paper adds to the library (modformer/plugins.py)."""
-    from . import command, edits_kind, repair_kind, sweep_kind
+    from . import command, edits_kind, migrations, repair_kind, sweep_kind
 
     paper.command(command.COMMAND)
     paper.run_kind(sweep_kind.KIND)
     paper.run_kind(edits_kind.KIND)
     paper.run_kind(repair_kind.KIND)
+    paper.migration(layout=migrations.edits_folder_layout)

@@ -29,19 +29,16 @@ overlap per fact and the control overlap with the facts not edited.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-import yaml
-
 from ...configtools import from_dict
 from ...errors import ModformerError
-from ...files import atomic_write_folder, atomic_write_text
+from ...files import atomic_write_text
 from ...sweep.kinds import RunKind
 from ...sweep.runner import read_results
 from ...version import code_version, machine
-from .edits import EditRunConfig, draw
+from .edits import EditRunConfig
 from .records import read_records
 from .report import overlap_with_others, write_records_report
 
@@ -77,7 +74,7 @@ def write_edit_summary(out: Path, cfg: EditRunConfig, converted: str | None = No
     Args:
         out: the run's folder.
         cfg: its config (one method, one size, one seed).
-        converted: for records made before the protocol and laid out as a run (`folder_as_sweep`):
+        converted: for records made before the protocol and laid out as a run (`migrations.edits_as_sweep`):
             where they came from. The summary then names the code version of its edit record
             and no machine (the one-process records name none).
 
@@ -153,76 +150,3 @@ KIND = RunKind(NAME, "methods", "seeds", lambda data: from_dict(EditRunConfig, d
                write_edits_sweep_report, check=_check, started=_started, variant_list=True, seed_list=True,
                threads_key="threads", files=("summary.json", "edits.jsonl", "config.yaml"))
 
-
-def folder_as_sweep(folder: Path, config: Path, out: Path) -> Path:
-    """An edit folder of `modformer knowledge-pretrained edit` (edits.jsonl: `before`, then one
-    record per method, size and seed) laid out as the sweep `modformer sweep CONFIG --out OUT`
-    makes, without editing: each run's edits.jsonl holds the folder's `before` line and its
-    edit's line as they are (a run of the whole pool at a seed other than 0 holds none), the
-    folder's known_facts.json, its config as the sweep builds it and its summary from those
-    records; then results.jsonl, sweep.yaml, commands.txt and the report. Every edit must
-    have drawn the facts the config draws, and every record must find its run.
-
-    Args:
-        folder: the edit folder (edits.jsonl, known_facts.json).
-        config: the experiment's config file with its `sweep` section (what rebuilds it).
-        out: the sweep folder to write (may be `folder` itself, which it replaces).
-
-    Returns:
-        The report (out/report.md).
-    """
-    from ...sweep.spec import load_sweep
-
-    sweep = load_sweep(config)
-    if sweep.spec.experiment != NAME:
-        raise ModformerError(f"{config} is no {NAME} sweep (sweep.experiment: {sweep.spec.experiment})")
-    runs = sweep.runs()
-    _check(runs, lambda run: out / "runs" / run.run_id)
-    if not (folder / "edits.jsonl").is_file():
-        raise ModformerError(f"{folder} holds no edits.jsonl (records of `knowledge-pretrained edit`)")
-    lines: dict[str, str] = {}
-    for line in filter(str.strip, (folder / "edits.jsonl").read_text().splitlines()):
-        key = json.loads(line)["key"]
-        if key in lines:
-            raise ModformerError(f"{folder}/edits.jsonl holds {key} twice")
-        lines[key] = line
-    if "before" not in lines:
-        raise ModformerError(f"{folder}/edits.jsonl has no `before` record")
-    before_line = lines.pop("before")
-    before, pool = json.loads(before_line), runs[0].config.pool_size
-    if len(before["facts"]) != pool:
-        raise ModformerError(f"{folder} drew its edits from {len(before['facts'])} facts, {config} from {pool} (pool)")
-    note = (f"records of `knowledge-pretrained edit` in one process and one folder ({folder}), laid out as this run "
-            f"by scripts/knowledge_edits_folder_to_sweep.py, which wrote this summary from them; the `before` "
-            f"record was measured once there and is in every run that edits")
-
-    def write(work: Path) -> None:
-        rows = []
-        for run in runs:
-            cfg, target = run.config, work / "runs" / run.run_id
-            target.mkdir(parents=True)
-            atomic_write_text(target / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-            size, seed = cfg.sizes[0], cfg.seeds[0]
-            if cfg.draws(size, one_run=True):
-                key = f"{cfg.methods[0]}/{size}/{seed}"
-                if key not in lines:
-                    raise ModformerError(f"{folder} has no record {key}, a run of {config}")
-                edit = json.loads(lines[key])
-                drawn = [before["facts"][i] for i in draw(seed, size, pool)]
-                if edit["facts"] != drawn:
-                    raise ModformerError(f"{key} of {folder} edited {edit['facts']}, {config} draws {drawn}")
-                atomic_write_text(target / "edits.jsonl", before_line + "\n" + lines.pop(key) + "\n")
-                if (folder / "known_facts.json").is_file():
-                    shutil.copy2(folder / "known_facts.json", target / "known_facts.json")
-            summary = write_edit_summary(target, cfg, converted=note)
-            rows.append({"run_id": run.run_id, "variant": run.variant, "point": dict(run.point), "seed": run.seed,
-                         "run_dir": f"runs/{run.run_id}", "status": "done", "summary": summary})
-        if lines:
-            raise ModformerError(f"{folder} holds records that {config} names no run of: {', '.join(sorted(lines))}")
-        atomic_write_text(work / "results.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
-        atomic_write_text(work / "sweep.yaml", yaml.safe_dump(sweep.to_dict(), sort_keys=False))
-        atomic_write_text(work / "commands.txt", f"modformer sweep {config} --out {out}\n")
-        write_edits_sweep_report(work)
-
-    atomic_write_folder(out, write)
-    return out / "report.md"

@@ -11,7 +11,8 @@ from ...plugins import Paper
 
 def register(paper: Paper) -> None:
     """What the paper adds to the library (modformer/plugins.py)."""
-    from . import command, sweep_kind
+    from . import command, migrations, sweep_kind
 
     paper.command(command.COMMAND)
+    paper.migration(layout=migrations.one_folder_layout)
     paper.run_kind(sweep_kind.KIND)

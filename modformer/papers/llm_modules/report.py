@@ -37,28 +37,27 @@ def _corpus(data: dict[str, Any]) -> str:
 
 
 def _epochs(train: dict[str, Any]) -> str:
-    """The text " (N epochs)" when train.epochs set the steps (configs saved before it existed have none)."""
-    return f" ({train['epochs']:g} epochs)" if train.get("epochs") is not None else ""
+    """The text " (N epochs)" when train.epochs set the steps."""
+    return f" ({train['epochs']:g} epochs)" if train["epochs"] is not None else ""
 
 
 def _student(cfg: dict[str, Any]) -> str:
-    """The student in words (configs saved before a field existed read as its default)."""
+    """The student in words."""
     s = cfg["student"]
-    model = s.get("model", "modformer")
-    tokenizer = s.get("tokenizer") or ("teacher" if model == "modformer" else "own")
+    model = s["model"]
+    tokenizer = s["tokenizer"] or ("teacher" if model == "modformer" else "own")
     if model == "modformer":
         what = f"student {s['n_layers']} layers, {s['embeddings']} embeddings"
     else:
-        what = f"student {model} ({'pretrained, fine-tuned' if s.get('pretrained', True) else 'fresh weights'})"
+        what = f"student {model} ({'pretrained, fine-tuned' if s['pretrained'] else 'fresh weights'})"
     reads = {"teacher": "the teacher's tokenizer", "own": "its own tokenizer"}.get(
         tokenizer, f"its own {tokenizer[4:]}-token BPE" if tokenizer.startswith("bpe:") else f"the tokenizer {tokenizer}")
     return f"{what}, reading with {reads}"
 
 
 def _distinct(runs: list[dict[str, Any]], key: str) -> str:
-    """The values of `key` over the runs, each once ("not recorded" for runs from before
-    summaries held it)."""
-    values = sorted({str(r.get(key, "not recorded")) for r in runs})
+    """The values of `key` over the runs, each once."""
+    values = sorted({str(r[key]) for r in runs})
     return ", ".join(values)
 
 

@@ -8,7 +8,6 @@ names `register` (modformer/plugins.py).
 """
 
 from ...commands import Command
-from ...constructions import LEGACY
 from ...plugins import Paper
 from ...registry import TASKS
 
@@ -22,13 +21,13 @@ def _circuits(p) -> None:
 def register(paper: Paper) -> None:
     """What the paper adds to the library (modformer/plugins.py)."""
     from .causal_regression import CausalRegression
-    from .construction import REFERENCE, migrate_older_configs, read_older_configs
+    from .construction import REFERENCE
+    from .migrations import migrate_older_configs, migrate_older_overrides
     from .report import HEADING, construction_section, reference_mark
     from .theorem51 import fit_error_section
 
     paper.construction("reference", REFERENCE, alias="reference")
-    LEGACY.append(read_older_configs)
-    paper.migration(config=migrate_older_configs)
+    paper.migration(config=migrate_older_configs, command=migrate_older_overrides)
     paper.part(TASKS, "causal_regression", CausalRegression)
     paper.section(construction_section, printed=HEADING)
     paper.section(fit_error_section)

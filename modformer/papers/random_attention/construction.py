@@ -21,7 +21,6 @@ measures the built models against the reference's own.
 
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +29,7 @@ from ...configtools import from_dict, option
 from ...constructions import CONSTRUCTIONS, Construction
 from ...errors import ConfigError
 from ...model.config import ModelConfig
-from ...registry import TASKS, VARIANTS
+from ...registry import VARIANTS
 from ...tasks.base import TaskConfig
 
 
@@ -118,12 +117,11 @@ SAMPLE_TASKS = ("retrieval", "addition", "dyck", "memorization")
 
 
 def task_name(data: dict[str, Any]) -> str | None:
-    """A raw config's task name as registered now (a former name gives today's; TaskConfig's
-    default where it names none), None where the value is not a name (the strict loader
-    refuses it, naming its key)."""
+    """A raw config's task name (TaskConfig's default where it names none), None where the
+    value is not a name (the strict loader refuses it, naming its key)."""
     task = data.get("task") or {}
     name = task.get("name", TaskConfig().name) if isinstance(task, dict) else None
-    return TASKS.canonical(name) if isinstance(name, str) else None
+    return name if isinstance(name, str) else None
 
 
 def sample_extra(data: dict[str, Any]) -> int:
@@ -380,51 +378,9 @@ def construction_label(config: dict[str, Any]) -> str:
     return f"reference ({', '.join(form)})" + (" except " + ", ".join(changed) if changed else "")
 
 
-def read_older_configs(data: dict[str, Any], saved: bool) -> None:
-    """Configs written before the readings were `model.construction_options` named them
-    `model.reference_transformers` and `model.reference_init` (every config, of any
-    construction, recorded the first): they move there for the reference construction and
-    are dropped for another one, where nothing read them. A run's own record written before
-    `model.mixing.extra_positions` existed (2026-12-02) was drawn for its model's own length,
-    whatever the construction fills in today: it is read so."""
-    model = data.get("model")
-    if not isinstance(model, dict):
-        return
-    reference = is_reference(model)
-    for old, new in (("reference_transformers", "transformers"), ("reference_init", "init")):
-        if old in model:
-            value = model.pop(old)
-            if reference:
-                options = model.setdefault("construction_options", {})
-                if isinstance(options, dict):
-                    options.setdefault(new, value)
-    if saved and reference:
-        mixing = model.get("mixing")
-        if mixing is None:
-            model["mixing"] = {"extra_positions": 0}
-        elif isinstance(mixing, dict):
-            mixing.setdefault("extra_positions", 0)
-
-
 # Registered by the paper's `register` as `random_attention.reference`, `reference` its alias.
 REFERENCE = Construction(
     "the random-attention paper's reference code (princeton-pli/MixiT): its models and optimizer for each variant "
     "and task (docs/papers/random-attention.md, 'The reference construction')",
     fill_reference, construction_label, ReferenceOptions)
 
-
-def migrate_older_configs(data: dict[str, Any], saved: bool) -> list[str]:
-    """`modformer migrate`'s form of `read_older_configs`: the same rewrite, once, saying what it
-    changed."""
-    model = data.get("model")
-    if not isinstance(model, dict):
-        return []
-    before = copy.deepcopy(model)
-    read_older_configs(data, saved)
-    changed = [f"model.{old} -> model.construction_options.{new}" if is_reference(before) else f"model.{old} dropped "
-               f"(read by the reference construction only)"
-               for old, new in (("reference_transformers", "transformers"), ("reference_init", "init")) if old in before]
-    if (model.get("mixing") or {}).get("extra_positions") != (before.get("mixing") or {}).get("extra_positions"):
-        changed.append("model.mixing.extra_positions: 0 written out (drawn for the model's own length before the "
-                       "option existed)")
-    return changed

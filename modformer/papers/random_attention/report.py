@@ -4,11 +4,11 @@ what that script trains, and that budget marked on budget curves."""
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from typing import Any
 
-from ...constructions import construction_label, read_older
+from ...constructions import construction_label
+from ...errors import ModformerError
 from ...sweep.runner import run_config
 from .budget import PAPER_TASKS, REFERENCE_WIDTH, budget, budget_text, reference_budget
 from .construction import task_name
@@ -17,14 +17,10 @@ HEADING = "## Construction and budget"
 
 
 def run_facts(sweep_dir: Path, run: dict[str, Any]) -> tuple[str, str]:
-    """(construction, budget text) of a finished run, both from its config.yaml read as a
-    resumed run reads it (so that a run recorded before labels named every departure, or
-    before a value was written out, is labelled as today's are), else its summary's
-    construction and 'not recorded'."""
+    """(construction, budget text) of a finished run, both from its config.yaml."""
     config = run_config(sweep_dir, run)
     if config is None:
-        return run["summary"].get("construction") or "not recorded", "not recorded"
-    config = read_older(copy.deepcopy(config), saved=True)
+        raise ModformerError(f"{sweep_dir}: run {run['run_id']} has no config.yaml; its records are incomplete")
     return construction_label(config), budget_text(budget(config))
 
 
