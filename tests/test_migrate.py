@@ -134,3 +134,13 @@ def test_an_llm_modules_folder_of_the_one_folder_layout_becomes_its_sweep(tmp_pa
     committed, _ = (sweep / "report.md").read_text().rsplit("\n\n", 1)
     assert (folder / "report.md").read_text().rsplit("\n\n", 1)[0] == committed
     assert migrate(folder).changes == {}  # once
+
+
+def test_a_run_folder_of_format_1_is_not_continued_until_migrated(tmp_path, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(DATA / OLD[0] / "runs" / "standard" / "train.lr=0.003" / "seed0", run)
+    config = ROOT / "configs" / "retrieval.yaml"
+    assert main(["train", str(config), "--out", str(run), "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert f"holds records of format 1, not this modformer's {FORMAT}" in err and f"modformer migrate {run}" in err
+    assert len(err.strip().splitlines()) == 1

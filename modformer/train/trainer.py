@@ -104,6 +104,7 @@ class Trainer(TrainingLoop):
             raise ModformerError(f"{self.run_dir} already holds a run: resume it (modformer train --resume, "
                                  f"train_run(..., resume=True)) or choose another folder")
         if self.resume and saved.exists():
+            self._check_format()
             self._check_same_config(saved)
         if self.resume:
             # A run killed while writing leaves temporary files (a checkpoint's size each).
@@ -138,6 +139,18 @@ class Trainer(TrainingLoop):
                 problem = e
         if self.world.any(problem is not None):
             raise problem or ModformerError(f"rank 0 could not prepare {self.run_dir} (its message says why)")
+
+    def _check_format(self) -> None:
+        """A run folder an older modformer wrote is not continued until it is brought up to date."""
+        info = self.run_dir / "run.json"
+        try:
+            written = json.loads(info.read_text()).get("format", 1) if info.exists() else RECORDS_FORMAT
+        except (OSError, ValueError, AttributeError) as e:
+            raise ModformerError(f"cannot resume: {info} is unreadable ({e.__class__.__name__})") from None
+        if written != RECORDS_FORMAT:
+            raise ModformerError(f"cannot resume: {self.run_dir} holds records of format {written}, not this "
+                                 f"modformer's {RECORDS_FORMAT}: bring it up to date once with `modformer migrate "
+                                 f"{self.run_dir}`")
 
     def _check_same_config(self, saved: Path) -> None:
         try:
