@@ -137,3 +137,36 @@ def test_a_sweep_naming_a_paper_that_is_missing_or_broken_says_so(env, tmp_path)
     for done, word in ((broken, "did not load: broken_paper:register: RuntimeError"), (missing, "is installed")):
         assert done.returncode == 2 and "Traceback" not in done.stderr
         assert word in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_paper_that_fails_in_any_way_adds_nothing_and_is_named_in_one_line():
+    """In process: an entry point that does not import, a register that exits or raises after
+    registering, a module without register: each is BROKEN with its reason, and nothing of it
+    is applied."""
+    import types
+
+    from modformer.commands import COMMANDS, Command
+    from modformer.installed_papers import BROKEN, PAPERS
+    from modformer.plugins import load_paper
+
+    def registers_then(error):
+        def register(paper):
+            paper.command(Command(f"would-be-{paper.name}", "never applied", lambda p: None))
+            raise error
+        return register
+
+    def no_import():
+        raise ImportError("No module named 'gone'")
+
+    cases = {"t_import": (no_import, "ImportError: No module named 'gone'"),
+             "t_exit": (lambda: registers_then(SystemExit(0)), "exited"),
+             "t_raise": (lambda: registers_then(ValueError("bad")), "ValueError: bad"),
+             "t_module": (lambda: types.ModuleType("empty"), "has no function register(paper)")}
+    try:
+        for name, (load, why) in cases.items():
+            assert load_paper(name, f"pkg:{name}", load) is None
+            assert why in BROKEN[name] and "\n" not in BROKEN[name] and name not in PAPERS
+            assert f"would-be-{name}" not in COMMANDS
+    finally:
+        for name in cases:
+            BROKEN.pop(name, None)
