@@ -1,4 +1,5 @@
 import json
+import re
 
 import pytest
 import yaml
@@ -420,3 +421,14 @@ def test_a_sweep_folder_of_an_older_records_format_is_refused_naming_the_command
     runner._check_same_sweep()
     assert yaml.safe_load((out / "sweep.yaml").read_text())["format"] == 2
     runner._check_same_sweep()  # not "holds a different sweep"
+
+
+@pytest.mark.parametrize("override, message", [
+    ("sweep.grid={train.lr: [0.001, 0.003, 0.001]}", "sweep.grid.train.lr names 0.001 twice"),
+    ("sweep.grid={model.layers: [[standard, mixit], [standard, mixit]]}", "names ['standard', 'mixit'] twice"),
+    ("sweep.variants=[standard, mixit, standard]", "sweep.variants names 'standard' twice"),
+])
+def test_a_value_or_variant_named_twice_is_refused_before_any_run(tmp_path, override, message):
+    """Twice the same value would train one run folder twice (issue 51)."""
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_sweep(write(tmp_path, SWEEP), [override])

@@ -83,6 +83,13 @@ class SweepConfig:
                 raise ConfigError(f"sweep.grid.{key}: set it with sweep.variants / sweep.seeds instead")
             if not isinstance(values, list) or not values:
                 raise ConfigError(f"sweep.grid.{key} must be a non-empty list of values")
+            seen = [json.dumps(v, sort_keys=True, default=repr) for v in values]
+            if len(set(seen)) != len(seen):  # one folder would be trained twice
+                twice = next(v for v, s in zip(values, seen) if seen.count(s) > 1)
+                raise ConfigError(f"sweep.grid.{key} names {twice!r} twice: each value once")
+        if len(set(self.variants)) != len(self.variants):
+            twice = next(v for v in self.variants if self.variants.count(v) > 1)
+            raise ConfigError(f"sweep.variants names '{twice}' twice: each variant once")
 
 
 @dataclass(frozen=True)
