@@ -57,12 +57,17 @@ LAYOUT: list[LayoutMigration] = []
 TASK_NAMES = {"condattend": "retrieval"}
 
 
+def _today_task(name: Any) -> Any:
+    """A task name as registered today (`TASK_NAMES`); anything else as it is."""
+    return TASK_NAMES.get(name, name) if isinstance(name, str) else name
+
+
 def _task_name(data: dict[str, Any], saved: bool) -> list[str]:
     """A task since renamed (`TASK_NAMES`): the name it is registered under today."""
     task = data.get("task")
     name = task.get("name") if isinstance(task, dict) else None
-    today = TASK_NAMES.get(name, name) if isinstance(name, str) else name
-    if isinstance(name, str) and today != name:
+    today = _today_task(name)
+    if today != name:
         task["name"] = today
         return [f"task.name {name} -> {today}"]
     return []
@@ -97,7 +102,7 @@ def _sweep_task_names(data: dict[str, Any]) -> list[str]:
     grid = (data.get("sweep") or {}).get("grid") or {}
     names = grid.get("task.name")
     if isinstance(names, list):
-        today = [TASK_NAMES.get(n, n) if isinstance(n, str) else n for n in names]
+        today = [_today_task(n) for n in names]
         if today != names:
             grid["task.name"] = today
             changed.append(f"sweep.grid.task.name {names} -> {today}")
@@ -116,8 +121,8 @@ def _summary_model(summary: dict[str, Any], config: dict[str, Any] | None) -> li
 def _summary_task(summary: dict[str, Any], config: dict[str, Any] | None) -> list[str]:
     """A summary's task under a name since renamed: today's."""
     name = summary.get("task")
-    today = TASK_NAMES.get(name, name) if isinstance(name, str) else name
-    if isinstance(name, str) and today != name:
+    today = _today_task(name)
+    if today != name:
         summary["task"] = today
         return [f"summary.task {name} -> {today}"]
     return []
@@ -139,8 +144,8 @@ def _command_task_names(words: list[str]) -> list[str]:
     changed = []
     for i, word in enumerate(words):
         key, _, value = word.partition("=")
-        if key == "task.name" and value in TASK_NAMES:
-            words[i] = f"{key}={TASK_NAMES[value]}"
+        if key == "task.name" and _today_task(value) != value:
+            words[i] = f"{key}={_today_task(value)}"
             changed.append(f"{word} -> {words[i]}")
     return changed
 
@@ -217,8 +222,9 @@ def _summary(summary: dict[str, Any], config: dict[str, Any] | None) -> list[str
     return [c for fn in SUMMARY for c in fn(summary, config)]
 
 
-def _run_folder(run: Path, done: Migrated) -> None:
-    """A run's own config (saved), its summary and its run.json's format stamp."""
+def _run_folder(run: Path, done: Migrated) -> dict[str, Any] | None:
+    """A run's own config (saved), its summary and its run.json's format stamp; returns the
+    config as migrated (None where the run has none)."""
     config = _config_file(run / "config.yaml", True, done) if (run / "config.yaml").is_file() else None
     if (run / "summary.json").is_file():
         summary = _read_json(run / "summary.json")
@@ -234,6 +240,7 @@ def _run_folder(run: Path, done: Migrated) -> None:
             data = {"format": FORMAT, **{k: v for k, v in data.items() if k != "format"}}
             atomic_write_text(info, _dump_json(data, text))
             done.changes.setdefault(str(info.relative_to(done.folder)), []).append(f"format {FORMAT}")
+    return config
 
 
 def _commands(path: Path, done: Migrated) -> None:
@@ -266,8 +273,7 @@ def _sweep_folder(folder: Path, done: Migrated) -> None:
         _config_file(path, False, done)  # the config each run was last started with
     configs: dict[str, Any] = {}  # run folder (relative) -> its config.yaml as migrated
     for run in sorted({p.parent for p in (folder / "runs").rglob("config.yaml")}) if (folder / "runs").is_dir() else []:
-        _run_folder(run, done)
-        configs[str(run.relative_to(folder))] = _read_yaml(run / "config.yaml")
+        configs[str(run.relative_to(folder))] = _run_folder(run, done)
     rewritten = []
     for record in records:  # each finished run's summary, as the sweep's report reads it
         summary = record.get("summary")

@@ -58,9 +58,9 @@ class Paper:
     Args:
         name: the entry point's name: `sweep.paper: NAME` selects its sections, and its
             constructions are named `NAME.<construction>`.
-        source: where its code came from (its entry point, and `version.source_version` of its
-            `register`: a package's version, or its module file's path and hash), as each run's
-            run.json records it.
+        source: where its code came from (`version.source_version` of its `register`: its
+            import path, and a package's version or its module file's path and hash), as each
+            run's run.json records it.
     """
 
     name: str

@@ -22,6 +22,15 @@ RECORDS = "results"
 RECORDS_FORMAT = 2
 
 
+def records_format_problem(written: object, folder: object) -> str | None:
+    """Why a folder whose records say format `written` is not read by this modformer, naming
+    the command that brings it up to date; None where it is today's format."""
+    if written == RECORDS_FORMAT:
+        return None
+    return (f"{folder} holds records of format {written}, not this modformer's {RECORDS_FORMAT}: bring it up to "
+            f"date once with `modformer migrate {folder}`")
+
+
 @functools.lru_cache(maxsize=1)
 def code_version() -> str:
     """`0.1.0+<git commit>[-dirty]` inside a git checkout, else the package version. `-dirty`

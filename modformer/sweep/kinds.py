@@ -31,7 +31,7 @@ from ..registry import TASKS
 from ..train.checkpoint import list_checkpoints
 from ..train.preflight import preflight
 from ..variants import build_model
-from ..version import RECORDS_FORMAT
+from ..version import records_format_problem
 
 
 @dataclass(frozen=True)
@@ -99,20 +99,26 @@ def run_kind(name: str) -> RunKind:
     return RUN_KINDS[name]
 
 
-def check_format(sweep_dir: Path) -> None:
-    """Refuse, in one line naming the command that brings it up to date, a sweep folder whose
-    records an older (or newer) modformer wrote: its sweep.yaml's `format` is not today's."""
+def saved_sweep(sweep_dir: Path) -> dict[str, Any]:
+    """A sweep folder's sweep.yaml as plain data; refused in one line where it cannot be read,
+    or where an older (or newer) modformer wrote the folder's records (its `format`), naming the
+    command that brings it up to date."""
     path = Path(sweep_dir) / "sweep.yaml"
-    if not path.is_file():
-        return
     try:
         saved = yaml.safe_load(path.read_text())
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         raise ModformerError(f"cannot read {path} ({e.__class__.__name__})") from None
-    written = saved.get("format", 1) if isinstance(saved, dict) else None
-    if written != RECORDS_FORMAT:
-        raise ModformerError(f"{sweep_dir} holds records of format {written}, not this modformer's {RECORDS_FORMAT}: "
-                             f"bring it up to date once with `modformer migrate {sweep_dir}`")
+    problem = records_format_problem(saved.get("format", 1) if isinstance(saved, dict) else None, sweep_dir)
+    if problem:
+        raise ModformerError(problem)
+    return saved
+
+
+def check_format(sweep_dir: Path) -> None:
+    """Refuse a sweep folder of another records format (`saved_sweep`); a folder without a
+    sweep.yaml yet passes."""
+    if (Path(sweep_dir) / "sweep.yaml").is_file():
+        saved_sweep(sweep_dir)
 
 
 def kind_in(saved: dict[str, Any]) -> RunKind:
@@ -122,12 +128,7 @@ def kind_in(saved: dict[str, Any]) -> RunKind:
 
 def kind_of(sweep_dir: Path) -> RunKind:
     """The kind of the runs of the sweep in `sweep_dir`, as its sweep.yaml says (`kind_in`)."""
-    check_format(sweep_dir)
-    try:
-        saved = yaml.safe_load((Path(sweep_dir) / "sweep.yaml").read_text()) or {}
-    except (OSError, yaml.YAMLError) as e:
-        raise ModformerError(f"cannot read {Path(sweep_dir) / 'sweep.yaml'} ({e.__class__.__name__})") from None
-    return kind_in(saved)
+    return kind_in(saved_sweep(sweep_dir))
 
 
 # -- train: one `modformer train` run ---------------------------------------------------------

@@ -35,7 +35,7 @@ from ..errors import ConfigError
 from .kinds import RUN_KINDS, run_kind
 from .sections import check_paper
 from .slurm_config import LAUNCHERS, SlurmConfig
-from ..version import RECORDS_FORMAT
+from ..version import RECORDS_FORMAT, records_format_problem
 
 
 @dataclass
@@ -189,10 +189,10 @@ def apply_profiles(data: dict[str, Any], profiles: Sequence[str], path: str | Pa
 
 def load_sweep(path: str | Path, overrides: Sequence[str] = (), profiles: Sequence[str] = ()) -> Sweep:
     data = read_yaml(path)
-    written = data.pop("format", RECORDS_FORMAT)  # a sweep folder's sweep.yaml says the format of its records
-    if written != RECORDS_FORMAT:
-        raise ConfigError(f"{path} holds records of format {written}, not this modformer's {RECORDS_FORMAT}: "
-                          f"bring its folder up to date with `modformer migrate {Path(path).parent}`")
+    # a sweep folder's sweep.yaml says the format of its records; a sweep file of yours says none
+    problem = records_format_problem(data.pop("format", RECORDS_FORMAT), Path(path).parent)
+    if problem:
+        raise ConfigError(problem)
     apply_profiles(data, profiles, path)
     for assignment in overrides:
         apply_override(data, assignment)

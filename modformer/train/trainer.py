@@ -34,7 +34,7 @@ from ..registry import TASKS, VARIANTS
 from ..tasks.base import IGNORE
 from ..variants import build_model
 from ..variants.base import run_label
-from ..version import RECORDS_FORMAT, code_version, machine
+from ..version import RECORDS_FORMAT, code_version, machine, records_format_problem
 from .budget import trained
 from .checkpoint import checkpoint_path, list_checkpoints, load_model_state, read_checkpoint, save_checkpoint
 from .distributed import init_world
@@ -147,10 +147,9 @@ class Trainer(TrainingLoop):
             written = json.loads(info.read_text()).get("format", 1) if info.exists() else RECORDS_FORMAT
         except (OSError, ValueError, AttributeError) as e:
             raise ModformerError(f"cannot resume: {info} is unreadable ({e.__class__.__name__})") from None
-        if written != RECORDS_FORMAT:
-            raise ModformerError(f"cannot resume: {self.run_dir} holds records of format {written}, not this "
-                                 f"modformer's {RECORDS_FORMAT}: bring it up to date once with `modformer migrate "
-                                 f"{self.run_dir}`")
+        problem = records_format_problem(written, self.run_dir)
+        if problem:
+            raise ModformerError(f"cannot resume: {problem}")
 
     def _check_same_config(self, saved: Path) -> None:
         try:
