@@ -7,13 +7,16 @@ from torch import nn
 
 from .cache import LayerCache
 from .hooks import HookPoint
+from .inputs import ModelInputs, reads_inputs
 
 
 class Block(nn.Module):
     """skip * x + residual * mixer(norm(x)), then the same with ffn(norm(x)).
 
     The block knows nothing about what its parts are: attention, a fixed mixing matrix, an
-    FFN or a knowledge read are all just modules mapping (B, T, d) to (B, T, d).
+    FFN or a knowledge read are all just modules mapping (B, T, d) to (B, T, d). A part whose
+    forward takes the keyword `inputs` is also handed the model's inputs (`ModelInputs`,
+    modformer/model/inputs.py).
     `residual_scale` multiplies each branch and `skip_scale` each skip connection (both 1 by
     default; the MixiT reference uses sqrt(0.5) for both, so a branch and the stream it joins
     keep a total variance of 1 when they are independent with unit variance).
@@ -39,8 +42,17 @@ class Block(nn.Module):
         self.skip_scale = skip_scale
         self.resid_mid = HookPoint()
         self.resid_post = HookPoint()
+        # Read once here: which parts take `inputs=` (a part's signature does not change).
+        self.mixer_reads_inputs = reads_inputs(mixer)
+        self.ffn_reads_inputs = reads_inputs(ffn)
 
-    def forward(self, x: torch.Tensor, cache: LayerCache | None = None) -> torch.Tensor:
+    @property
+    def reads_inputs(self) -> bool:
+        """Whether a part of this block takes the model's inputs (`ModelInputs`)."""
+        return self.mixer_reads_inputs or self.ffn_reads_inputs
+
+    def forward(self, x: torch.Tensor, cache: LayerCache | None = None,
+                inputs: ModelInputs | None = None) -> torch.Tensor:
         """x: (B, T, d_model) -> (B, T, d_model). `cache` goes to the mixer, the only part that
         looks across positions.
 
@@ -48,10 +60,18 @@ class Block(nn.Module):
             x: the residual stream, (B, T, d_model).
             cache: this layer's key-value cache for cached generation, passed to the mixer as
                 `mixer(norm(x), cache)`; None: the mixer is called without it.
+            inputs: the model's inputs as this block receives them, passed as `inputs=` to a
+                part that takes them (required then); None: the block's parts read only x.
 
         Returns:
             The block's output, (B, T, d_model), also passed through `resid_post`.
         """
-        mixed = self.mixer(self.mixer_norm(x)) if cache is None else self.mixer(self.mixer_norm(x), cache)
+        if inputs is None and self.reads_inputs:
+            raise ValueError("a part of this block reads the model's inputs (forward(..., inputs=)): call the block "
+                             "with inputs=ModelInputs(...), as the Transformer does")
+        given = {"inputs": inputs} if self.mixer_reads_inputs else {}
+        h = self.mixer_norm(x)
+        mixed = self.mixer(h, **given) if cache is None else self.mixer(h, cache, **given)
         x = self.resid_mid(self.skip_scale * x + self.residual_scale * mixed)
-        return self.resid_post(self.skip_scale * x + self.residual_scale * self.ffn(self.ffn_norm(x)))
+        given = {"inputs": inputs} if self.ffn_reads_inputs else {}
+        return self.resid_post(self.skip_scale * x + self.residual_scale * self.ffn(self.ffn_norm(x), **given))

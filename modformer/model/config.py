@@ -109,8 +109,9 @@ class ModelConfig:
     pad_embedding_frozen: bool = option(
         False, "the pad token's embedding row is zero at init and never trained (nn.Embedding's padding_idx, as the "
                "reference classifier has it)")
-    pad_id: int | None = option(None, "the pad token, whose row model.pad_embedding_frozen fixes at zero; null: the "
-                                      "task's")
+    pad_id: int | None = option(None, "the pad token, whose row model.pad_embedding_frozen fixes at zero and whose "
+                                      "positions a part reading the model's inputs sees masked (ModelInputs."
+                                      "padding_mask); null: the task's where pad_embedding_frozen, else none")
     init_std: float = option(0.02, "std of the normal init of linear and embedding weights")
     attention: AttentionConfig = option(default_factory=AttentionConfig, help="options of the attention mixer")
     mixing: MixingConfig = option(default_factory=MixingConfig, help="options of the mixing (MixiT) mixer")

@@ -12,6 +12,7 @@ from torch.utils.checkpoint import checkpoint
 from .block import Block
 from .cache import KVCache
 from .hooks import HookPoint, pinned
+from .inputs import ModelInputs
 
 class Transformer(nn.Module):
     """tokens (B, T) -> logits (B, T, vocab).
@@ -44,12 +45,16 @@ class Transformer(nn.Module):
         linear: the constructor of the output head, called as `linear(d_model, vocab_size,
             bias=False)`.
         padding_idx: an embedding row kept zero that never receives a gradient; None: none.
+        pad_id: the pad token, whose positions `ModelInputs.padding_mask` marks False for a
+            part that reads the model's inputs; None: no padding mask.
     """
 
     def __init__(self, vocab_size: int, d_model: int, blocks: list[Block], *, norm_eps: float = 1e-5,
                  tie_embeddings: bool = False, max_positions: int | None = None, max_seq_len: int | None = None,
-                 linear: Callable[..., nn.Linear] = nn.Linear, padding_idx: int | None = None):
+                 linear: Callable[..., nn.Linear] = nn.Linear, padding_idx: int | None = None,
+                 pad_id: int | None = None):
         super().__init__()
+        self.pad_id = pad_id
         self.max_seq_len = max_seq_len  # the longest input its parts were built for (None: no limit)
         self.activation_checkpointing = False
         # padding_idx: a row that is zero and never receives a gradient (the reference classifier's pad).
@@ -84,17 +89,25 @@ class Transformer(nn.Module):
                 raise ValueError(f"sequence length {end} exceeds model.max_seq_len={self.positions.num_embeddings}")
             x = x + self.positions.weight[offset:end]
         x = self.embed_out(x)
+        inputs = self._inputs(tokens, x, offset) if any(block.reads_inputs for block in self.blocks) else None
         recompute = self.activation_checkpointing and cache is None and torch.is_grad_enabled()
         for i, block in enumerate(self.blocks):
+            given = None if inputs is None else inputs.at_layer(i)
             if cache is not None:
-                x = block(x, cache.layer(i))
+                x = block(x, cache.layer(i), given)
             elif recompute:  # non-reentrant: works with frozen blocks and inputs that need no grad
-                x = checkpoint(pinned(block), x, use_reentrant=False)
+                x = checkpoint(pinned(block), x, None, given, use_reentrant=False)
             else:
-                x = block(x)
+                x = block(x, None, given)
         if cache is not None:
             cache.length = offset + tokens.shape[1]
         return self.norm(x)
+
+    def _inputs(self, tokens: torch.Tensor, embedded: torch.Tensor, offset: int) -> ModelInputs:
+        """tokens (B, T), embedded (B, T, d) -> what a part reading the model's inputs gets."""
+        positions = torch.arange(offset, offset + tokens.shape[1], device=tokens.device)
+        padding = None if self.pad_id is None else tokens != self.pad_id
+        return ModelInputs(tokens, embedded, positions, padding, self.embed, layer=0, n_layers=len(self.blocks))
 
     def forward(self, tokens: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
         """tokens (B, T) int64 -> logits (B, T, vocab_size); see `hidden_states` for `cache`.

@@ -35,7 +35,7 @@ def build_decoder(cfg: ModelConfig, *, ffn: Callable[[ModelConfig], nn.Module] |
     return Transformer(
         cfg.vocab_size, cfg.d_model, blocks, norm_eps=cfg.norm_eps, tie_embeddings=cfg.tie_embeddings,
         max_positions=cfg.max_seq_len if cfg.learned_positions else None, max_seq_len=cfg.max_seq_len,
-        linear=projection(cfg), padding_idx=cfg.pad_id if cfg.pad_embedding_frozen else None,
+        linear=projection(cfg), padding_idx=cfg.pad_id if cfg.pad_embedding_frozen else None, pad_id=cfg.pad_id,
     )
 
 
