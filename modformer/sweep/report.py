@@ -120,8 +120,10 @@ def write_report(sweep_dir: str | Path) -> Path:
     if kind.report is not None:  # another kind of run has its own report
         return kind.report(sweep_dir)
     metric, mode = sw["metric"], sw["mode"]
-    # Each variant under the name of what ran (a part of yours or a stack named: `variants.base.run_label`).
-    names = _model_names(done)
+    # Each variant under the name of what ran (a part of yours or a stack named: `variants.base.run_label`);
+    # arms named in the sweep file keep their names, and the header says what each runs.
+    arms = sw["variants"] if isinstance(sw["variants"], dict) else None
+    names = {} if arms else _model_names(done)
     groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for r in done:
         groups[(names.get(r["variant"], r["variant"]), point_label(r["point"]))].append(r)
@@ -140,6 +142,11 @@ def write_report(sweep_dir: str | Path) -> Path:
               f"training {', '.join(f'{k}={v}' for k, v in train.items()) or 'defaults'}.", ""]
     lines += [f"Variants: {', '.join(listed)}. Seeds: {_seeds_text(done, listed)}. The same grid for every variant: "
               + (", ".join(f"`{k}` in {v}" for k, v in sw["grid"].items()) or "no grid (one setting)") + ".", ""]
+    if arms:
+        lines += ["Arms: " + "; ".join(f"`{name}` = " + ", ".join(
+            [str((given or {}).get("variant", name))]
+            + [f"`{k}={json.dumps(v)}`" for k, v in (given or {}).items() if k != "variant"])
+            for name, given in arms.items()) + ".", ""]
     lines += [f"Each variant's setting is chosen by the mean validation {metric} ({mode}) over seeds; the test "
               f"set is reported only for that setting. Cells: mean ± std [95% t interval] over seeds "
               f"(intervals clipped to the metric's range: [0, 1] for accuracies, >= 0 for losses).", ""]
@@ -290,6 +297,12 @@ def _sort_key(value: str):
     return (0, float(value)) if value.lstrip("-").replace(".", "", 1).isdigit() else (1, value)
 
 
+def _legend(variant: str, chosen: dict[str, str]) -> str:
+    """A variant's label in a plot: its name, and the setting chosen for it where there was a
+    choice, so that no setting hides behind the name ('frozen_qk (model.layers={-1: standard})')."""
+    return variant if chosen[variant] == "default" else f"{variant} ({chosen[variant]})"
+
+
 def _plot_slices(path: Path, names: list[str], variants: list[str], groups, chosen) -> None:
     fig, axes = plt.subplots(1, len(names), figsize=(6 * len(names), 4), squeeze=False)
     for ax, name in zip(axes[0], names):
@@ -299,7 +312,8 @@ def _plot_slices(path: Path, names: list[str], variants: list[str], groups, chos
             stats = [summarize(_slice_accuracies(runs, name, k)) for k in keys]
             below = [0.0 if s.n < 2 else s.mean - max(s.low, 0.0) for s in stats]
             above = [0.0 if s.n < 2 else min(s.high, 1.0) - s.mean for s in stats]
-            ax.errorbar(keys, [s.mean for s in stats], yerr=[below, above], marker="o", capsize=3, label=v)
+            ax.errorbar(keys, [s.mean for s in stats], yerr=[below, above], marker="o", capsize=3,
+                        label=_legend(v, chosen))
         ax.set(xlabel=name, ylabel="test accuracy", ylim=(-0.02, 1.02))
         ax.grid(alpha=0.3)
         ax.legend()
@@ -325,7 +339,7 @@ def _plot_over_steps(sweep_dir: Path, path: Path, variants: list[str], groups, c
         curve = _curves(sweep_dir, groups[(v, chosen[v])], value)
         if curve:
             steps, values = list(curve), list(curve.values())
-            ax.plot(steps, [sum(x) / len(x) for x in values], marker="o", label=v)
+            ax.plot(steps, [sum(x) / len(x) for x in values], marker="o", label=_legend(v, chosen))
             ax.fill_between(steps, [min(x) for x in values], [max(x) for x in values], alpha=0.2)
             drawn = True
     if not drawn:

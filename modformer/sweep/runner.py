@@ -42,11 +42,15 @@ LOG_RESERVE = 64 * 1024
 
 
 def extends(old: dict[str, Any], new: dict[str, Any]) -> bool:
-    """Whether sweep `new` is sweep `old` with more variants, seeds or values of the same grid
+    """Whether sweep `new` is sweep `old` with more arms, seeds or values of the same grid
     axes, and nothing else changed: every run of `old` is a run of `new`, in the same folder
     (so a budget curve, say, is extended in place and only its new points train)."""
     def within(a: list, b: list) -> bool:  # values may be lists (unhashable): no sets
         return all(x in b for x in a)
+
+    def arms(variants: list | dict | None) -> list:  # an arm and its settings, in either form
+        return [[v, {}] for v in variants or []] if not isinstance(variants, dict) else \
+            [[k, v or {}] for k, v in variants.items()]
 
     def without(d: dict, keys: tuple[str, ...]) -> dict:
         return {k: v for k, v in d.items() if k not in keys}
@@ -56,7 +60,7 @@ def extends(old: dict[str, Any], new: dict[str, Any]) -> bool:
     o_grid, n_grid = o.get("grid") or {}, n.get("grid") or {}
     return (without(old, ("sweep",)) == without(new, ("sweep",)) and without(o, growing) == without(n, growing)
             and list(o_grid) == list(n_grid) and all(within(o_grid[k], n_grid[k]) for k in o_grid)
-            and within(o.get("variants") or [], n.get("variants") or [])
+            and within(arms(o.get("variants")), arms(n.get("variants")))
             and within(o.get("seeds") or [], n.get("seeds") or []))
 
 

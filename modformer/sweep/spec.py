@@ -1,4 +1,4 @@
-"""A sweep: variants x hyperparameter grid x seeds, with the same grid for every variant.
+"""A sweep: arms (variants) x hyperparameter grid x seeds, with the same grid for every arm.
 
 A sweep file is a run config (sections model, task, train: the base of every run) plus a
 `sweep` section::
@@ -12,6 +12,22 @@ A sweep file is a run config (sections model, task, train: the base of every run
 
 Every run is the base config with its variant, one grid point and its seed set (`model.variant`
 and `train.seed` for the default kind of run).
+
+An arm that needs settings of its own (a hybrid placement, an option or a loss weight only
+it has) is named in a mapping instead of the list, each arm a name and what it sets::
+
+    sweep:
+      variants:
+        standard: {}                          # the variant of that name
+        rndembqk: {}
+        rndembqk_alternate:                   # a name of yours: its folder, row and legend
+          variant: rndembqk
+          model.layers: {1: standard, 3: standard}
+        mixit_wide: {variant: mixit, model.mixing.scale: 2.0}
+
+An arm's keys are dotted config keys, set over the base before the grid point; a key the grid
+also sets is refused, as are two arms that would train the same model (a standard arm and
+a "hybrid" of standard layers, say).
 All runs are built and checked before the first starts, so a bad grid key fails at once.
 `sweep.experiment` says what a run is (`modformer/sweep/kinds.py`): `train` (the default),
 or a kind a paper registers, whose variant and seed keys are its own (a list of arms, say).
@@ -25,7 +41,7 @@ import itertools
 import json
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, is_dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -43,10 +59,13 @@ class SweepConfig:
     experiment: str = option("train", "what each run is: train (a `modformer train` run; its variant sets "
                                       "model.variant), or a kind a paper registers, with its own variant and seed keys "
                                       "(the kinds are listed below)")
-    variants: list[str] = option(default_factory=lambda: ["standard"],
-                                 help="variants to compare (model.variant, or the key of sweep.experiment's kind)")
+    variants: list[str] | dict[str, dict[str, Any] | None] = option(
+        default_factory=lambda: ["standard"],
+        help="the arms to compare: a list of variants (model.variant, or the key of sweep.experiment's kind), or a "
+             "mapping of arm names to what each sets: `variant` (default: the arm's name) and dotted config keys "
+             "of its own, e.g. {hybrid: {variant: frozen_qk, model.layers: {-1: standard}}}")
     grid: dict[str, list[Any]] = option(
-        default_factory=dict, help="dotted config key -> values; the same grid is run for every variant")
+        default_factory=dict, help="dotted config key -> values; the same grid is run for every arm")
     seeds: list[int] = option(
         default_factory=lambda: [0, 1, 2],
         help="seeds of every (variant, grid point), distinct; fewer than 3 run, and the report warns that its "
@@ -87,14 +106,52 @@ class SweepConfig:
             if len(set(seen)) != len(seen):  # one folder would be trained twice
                 twice = next(v for v, s in zip(values, seen) if seen.count(s) > 1)
                 raise ConfigError(f"sweep.grid.{key} names {twice!r} twice: each value once")
-        if len(set(self.variants)) != len(self.variants):
+        if isinstance(self.variants, list) and len(set(self.variants)) != len(self.variants):
             twice = next(v for v in self.variants if self.variants.count(v) > 1)
             raise ConfigError(f"sweep.variants names '{twice}' twice: each variant once")
+        self.arms()  # each arm's settings checked now
+
+    def arms(self) -> list[Arm]:
+        """The arms, in the order given: a list's variants each as an arm of its own name."""
+        if isinstance(self.variants, list):
+            return [Arm(v, v) for v in self.variants]
+        kind = RUN_KINDS[self.experiment]
+        arms = []
+        for name, given in self.variants.items():
+            given = dict(given or {})
+            implicit = "variant" not in given
+            variant = given.pop("variant", name)
+            if not isinstance(variant, str):
+                raise ConfigError(f"sweep.variants.{name}.variant must be a variant's name, got {variant!r}")
+            for key in given:
+                if key in (kind.variant_key, kind.seed_key):
+                    raise ConfigError(f"sweep.variants.{name}.{key}: an arm gives its variant as `variant` and its "
+                                      f"seeds come from sweep.seeds")
+                if key in self.grid:
+                    raise ConfigError(f"sweep.variants.{name}.{key} is also a grid axis (sweep.grid.{key}): set it "
+                                      f"in one of them")
+            arms.append(Arm(name, variant, tuple(given.items()), implicit))
+        return arms
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One arm of a sweep: its name (its run folders, report rows and legends), the variant it
+    runs, and the dotted keys it sets over the base config."""
+
+    name: str
+    variant: str
+    settings: tuple[tuple[str, Any], ...] = ()
+    implicit: bool = False  # named in a mapping without `variant`: it runs the variant of its name
+
+    def describe(self) -> str:
+        """What the arm runs, in words: 'frozen_qk, model.layers={-1: standard}'."""
+        return ", ".join([self.variant, *(f"{k}={v}" for k, v in self.settings)])
 
 
 @dataclass(frozen=True)
 class RunSpec:
-    variant: str
+    variant: str  # the arm's name: its folder, and `variant` in results.jsonl
     point: tuple[tuple[str, Any], ...]  # the grid point, in grid order
     seed: int
     config: Any  # the run's checked config, as its kind reads it (a RunConfig for `train`)
@@ -103,6 +160,11 @@ class RunSpec:
     @property
     def run_id(self) -> str:
         return f"{file_safe(self.variant)}/{self.point_name}/seed{self.seed}"
+
+
+def _canonical(config: Any) -> str:
+    """A run's checked config as one string, equal for equal configs."""
+    return json.dumps(to_dict(config) if is_dataclass(config) else config, sort_keys=True, default=repr)
 
 
 def file_safe(name: str) -> str:
@@ -138,25 +200,43 @@ class Sweep:
         keys = list(self.spec.grid)
         points = [tuple(zip(keys, values)) for values in itertools.product(*(self.spec.grid[k] for k in keys))]
         names = point_names(points)
-        folders = Counter(file_safe(v) for v in self.spec.variants)
-        clash = [v for v in self.spec.variants if folders[file_safe(v)] > 1]
+        arms = self.spec.arms()
+        folders = Counter(file_safe(a.name) for a in arms)
+        clash = [a.name for a in arms if folders[file_safe(a.name)] > 1]
         if clash:
             raise ConfigError(f"sweep.variants {clash} would share the run folder '{file_safe(clash[0])}': name "
                               f"one of them otherwise (an entry point, say)")
         kind = run_kind(self.spec.experiment)
         out = []
-        for variant in self.spec.variants:
+        trained: dict[str, RunSpec] = {}  # each run's config, to refuse two arms training one model
+        for arm in arms:
             for i, point in enumerate(points):
                 for seed in self.spec.seeds:
                     data = copy.deepcopy(self.base)
-                    set_dotted(data, kind.variant_key, [variant] if kind.variant_list else variant, "sweep.variants")
+                    set_dotted(data, kind.variant_key, [arm.variant] if kind.variant_list else arm.variant,
+                               "sweep.variants")
                     set_dotted(data, kind.seed_key, [seed] if kind.seed_list else seed, "sweep.seeds")
+                    for key, value in arm.settings:
+                        set_dotted(data, key, copy.deepcopy(value), f"sweep.variants.{arm.name}.{key}")
                     for key, value in point:
                         set_dotted(data, key, value, f"sweep.grid.{key}")
                     init = (data.get("train") or {}).get("init_from")
-                    if isinstance(init, str):  # each run fine-tunes its own variant's and seed's model
-                        data["train"]["init_from"] = init.replace("{variant}", variant).replace("{seed}", str(seed))
-                    out.append(RunSpec(variant, point, seed, kind.read(data), names[i]))
+                    if isinstance(init, str):  # each run fine-tunes its own arm's and seed's model
+                        data["train"]["init_from"] = init.replace("{variant}", arm.name).replace("{seed}", str(seed))
+                    try:
+                        config = kind.read(data)
+                    except ConfigError as e:
+                        if arm.implicit and arm.name in str(e):
+                            raise ConfigError(f"{e} (sweep.variants.{arm.name} gives no `variant`, so it runs the "
+                                              f"variant of its name)") from None
+                        raise
+                    run = RunSpec(arm.name, point, seed, config, names[i])
+                    same = trained.setdefault(_canonical(run.config), run)
+                    if same is not run:
+                        raise ConfigError(f"sweep.variants: arms '{same.variant}' and '{arm.name}' train the same "
+                                          f"model ({arm.describe()} resolves to {same.variant}'s config"
+                                          + (f" at {names[i]}" if point else "") + "): keep one of them")
+                    out.append(run)
         return out
 
     def to_dict(self) -> dict[str, Any]:
