@@ -97,3 +97,22 @@ def test_an_arm_added_trains_alone_and_an_arm_changed_is_another_sweep(tmp_path)
     with pytest.raises(ModformerError, match="different sweep"):
         SweepRunner(load_sweep(write(tmp_path, changed)), out, echo=lambda m: None).run()
     assert json.loads((out / "runs/frozen_qk_top_standard/default/seed0/summary.json").read_text())["test"]
+
+
+def test_grid_values_that_train_the_same_model_are_refused(tmp_path):
+    with pytest.raises(ConfigError, match=r"sweep.grid: points .* train the same model for 'standard'"):
+        load_sweep(write(tmp_path, ["standard", "frozen_qk"], grid={"model.layers": [[], {-1: "standard"}]}))
+
+
+def test_curve_where_selects_a_stack_as_the_grid_gave_it(tmp_path):
+    from modformer.sweep.curve import curve_points
+
+    out = tmp_path / "out"
+    sweep = load_sweep(write(tmp_path, ["frozen_qk"], grid={"model.layers": [[], {-1: "standard"}]}))
+    SweepRunner(sweep, out, echo=lambda m: None).run()
+    for where in (["model.layers={-1: standard}"], ["model.layers=[]"]):
+        points = curve_points([out], where=where)
+        (runs,) = points["frozen_qk"].values()
+        assert len(runs) == 1, where
+    with pytest.raises(ModformerError, match="differ in model.layers"):  # both stacks would be one point
+        curve_points([out])

@@ -16,6 +16,7 @@ folder it came from, so that the figure can be traced to committed records.
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Sequence
@@ -63,16 +64,42 @@ def _check_one_setting(variant: str, x: float, runs: list[tuple[dict[str, Any], 
 
 
 def _where(assignments: Sequence[str]) -> dict[str, Any]:
-    """`KEY=VALUE` filters as dotted keys, parsed as config overrides are (`apply_override`)."""
-    data: dict[str, Any] = {}
+    """`KEY=VALUE` filters: dotted key -> value, parsed as config overrides are (`apply_override`);
+    a value that is a mapping stays one (`model.layers={-1: standard}` is one filter)."""
+    filters: dict[str, Any] = {}
     for assignment in assignments:
+        data: dict[str, Any] = {}
         apply_override(data, assignment)
-    return flatten(data)
+        key = assignment.split("=", 1)[0]
+        node = data
+        for part in key.split("."):
+            node = node[part]
+        filters[key] = node
+    return filters
+
+
+_MISSING = object()
+
+
+def _value(run: dict[str, Any], config: dict[str, Any], key: str) -> Any:
+    """A run's value of `key`: as its sweep's grid gave it where the key is a grid axis (a stack
+    is recorded resolved in config.yaml, written as given in the grid), else its config's."""
+    if key in (run.get("point") or {}):
+        return run["point"][key]
+    node: Any = config
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return _MISSING
+        node = node[part]
+    return node
 
 
 def _same(value: Any, wanted: Any) -> bool:
     """A config value against a filter's; YAML reads 3e-3 as a string (it wants 3.0e-3), which
-    a config's float field takes as the number, so the filter does too."""
+    a config's float field takes as the number, so the filter does too. A mapping is compared
+    as results.jsonl records it (as JSON: its keys strings, `{-1: x}` as `{"-1": x}`)."""
+    if isinstance(value, (dict, list)) or isinstance(wanted, (dict, list)):
+        return json.dumps(value, sort_keys=True) == json.dumps(wanted, sort_keys=True)
     if isinstance(value, float) and isinstance(wanted, str):
         try:
             wanted = float(wanted)
@@ -101,11 +128,12 @@ def curve_points(sweep_dirs: Sequence[Path], where: Sequence[str] = (), axis: st
             if config is None:
                 raise ModformerError(f"{sweep_dir}: run {run['run_id']} has no config.yaml; its records are incomplete")
             flat = flatten(config)
-            unknown = [k for k in filters if k not in flat]
+            values = {k: _value(run, config, k) for k in filters}
+            unknown = [k for k, v in values.items() if v is _MISSING]
             if unknown:
                 raise ModformerError(f"--where {unknown[0]}: no such config key in {sweep_dir} "
                                      f"(run {run['run_id']})")
-            if not all(_same(flat[k], v) for k, v in filters.items()):
+            if not all(_same(values[k], v) for k, v in filters.items()):
                 continue
             test = run["summary"]["test"]
             if metric not in test:

@@ -232,10 +232,15 @@ class Sweep:
                         raise
                     run = RunSpec(arm.name, point, seed, config, names[i])
                     same = trained.setdefault(_canonical(run.config), run)
-                    if same is not run:
+                    if same is not run and same.variant != arm.name:
                         raise ConfigError(f"sweep.variants: arms '{same.variant}' and '{arm.name}' train the same "
                                           f"model ({arm.describe()} resolves to {same.variant}'s config"
                                           + (f" at {names[i]}" if point else "") + "): keep one of them")
+                    if same is not run:
+                        raise ConfigError(f"sweep.grid: points {same.point_name} and {names[i]} train the same model "
+                                          f"for '{arm.name}' (a value that resolves to another, e.g. a layer of "
+                                          f"the model's own variant): drop one, or give the arms their own "
+                                          f"settings (a mapping in sweep.variants)")
                     out.append(run)
         return out
 
