@@ -8,12 +8,14 @@ measured six times slower than float32 (issue 16). Runs record the precision the
 
 from __future__ import annotations
 
+from typing import Literal, get_args
 import contextlib
 import functools
 
 import torch
 
-PRECISIONS = ("auto", "fp32", "bf16")
+Precision = Literal["auto", "fp32", "bf16"]
+PRECISIONS = get_args(Precision)
 
 
 @functools.lru_cache(maxsize=None)  # asked at every training step under `auto`; the hardware does not change

@@ -24,14 +24,14 @@ def check(configs) -> None:
         assert first == pytest.approx(want_first, rel=1e-5, abs=1e-6), name
 
 
-@pytest.mark.slow  # 191 models: about 20 s of one core
+@pytest.mark.slow  # 191 models built and run
 def test_every_committed_config_builds_the_model_it_built():
     configs = model_configs()
     assert len(configs) > 150  # every experiment's models, under every profile
     check(configs)
 
 
-@pytest.mark.slow  # 171 models: about 15 s of one core
+@pytest.mark.slow  # 171 models built and run
 def test_every_committed_run_rebuilds_the_model_it_trained():
     configs = record_configs()
     assert len(configs) > 150

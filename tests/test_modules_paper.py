@@ -104,7 +104,7 @@ def test_the_paper_config_loads_with_every_key_and_states_the_papers_setting():
         ["input"], 8, 0.1, 256)
     assert cfg.arms == ["alone", "scratch", "teacher", "random_teacher", "leaky"]  # causal bridge and controls
     assert cfg.seeds == [0, 1, 2]
-    with pytest.raises(ConfigError, match="data.task must be"):
+    with pytest.raises(ConfigError, match="data.task: expected one of facts, arithmetic, stratos"):
         load_llm_modules_config(CONFIG, ["data.task=stratoz"])
     with pytest.raises(ConfigError, match="train.epochs must be positive"):
         load_llm_modules_config(CONFIG, ["train.epochs=0"])

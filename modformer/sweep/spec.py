@@ -43,14 +43,14 @@ import re
 from collections import Counter
 from dataclasses import dataclass, is_dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Literal, Sequence
 
 from ..config import read_yaml
 from ..configtools import apply_override, from_dict, option, set_dotted, to_dict
 from ..errors import ConfigError
 from .kinds import RUN_KINDS, run_kind
 from .sections import check_paper
-from .slurm_config import LAUNCHERS, SlurmConfig
+from .slurm_config import Launcher, SlurmConfig
 from ..version import RECORDS_FORMAT, records_format_problem
 
 
@@ -72,8 +72,8 @@ class SweepConfig:
              "intervals then mean little")
     workers: int = option(1, "runs trained at once, each in its own process")
     metric: str = option("accuracy", "validation metric that chooses each variant's best grid point")
-    mode: str = option("max", "max or min: whether a larger metric is better")
-    launcher: str = option("local", "local: `workers` processes on this machine; slurm: one Slurm job array")
+    mode: Literal["max", "min"] = option("max", "max or min: whether a larger metric is better")
+    launcher: Launcher = option("local", "local: `workers` processes on this machine; slurm: one Slurm job array")
     slurm: SlurmConfig = option(default_factory=SlurmConfig, help="what each run asks Slurm for (launcher slurm)")
     paper: str | None = option(None, "the paper whose experiment this sweep is (an installed paper plugin: modformer "
                                      "list), for "
@@ -90,10 +90,6 @@ class SweepConfig:
         if self.experiment not in RUN_KINDS:
             raise ConfigError(f"sweep.experiment must be one of {', '.join(RUN_KINDS)}, got '{self.experiment}' (a "
                               f"paper's kind comes with its plugin: `modformer list` names the papers installed)")
-        if self.launcher not in LAUNCHERS:
-            raise ConfigError(f"sweep.launcher must be one of {', '.join(LAUNCHERS)}, got '{self.launcher}'")
-        if self.mode not in ("max", "min"):
-            raise ConfigError(f"sweep.mode must be max or min, got '{self.mode}'")
         if self.paper is not None:
             check_paper(self.paper)
         kind = RUN_KINDS[self.experiment]

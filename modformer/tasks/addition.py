@@ -35,6 +35,7 @@ longest run of consecutive carries).
 
 from __future__ import annotations
 
+from typing import Literal
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,7 +47,7 @@ from ..registry import TASKS
 from .base import IGNORE, Batch, Task, TaskConfig
 
 PLUS, EQUALS, PAD, ANSWER, STOP = 10, 11, 12, 20, 30
-LOSS_POSITIONS = ("answer", "reference")
+LossPositions = Literal["answer", "reference"]
 
 
 @dataclass
@@ -56,7 +57,7 @@ class AdditionConfig(TaskConfig):
                                "(the reference README runs n = 10)")
     min_digits: int | None = option(None, "fewest digits of an operand (each operand's length is uniform in "
                                           "[min_digits, n_digits]); null means n_digits, the reference's fixed length")
-    loss_positions: str = option("answer", "'reference': the reference code's positions (current token >= 20: "
+    loss_positions: LossPositions = option("answer", "'reference': the reference code's positions (current token >= 20: "
                                            "every answer digit but the first, stop, the pad after stop); "
                                            "'answer': those plus the first answer digit")
 
@@ -66,9 +67,6 @@ class AdditionConfig(TaskConfig):
             raise ConfigError(f"task.n_digits must be positive, got {self.n_digits}")
         if self.min_digits is not None and not 1 <= self.min_digits <= self.n_digits:
             raise ConfigError(f"task.min_digits={self.min_digits} must lie in 1..task.n_digits={self.n_digits}")
-        if self.loss_positions not in LOSS_POSITIONS:
-            raise ConfigError(f"task.loss_positions must be one of {', '.join(LOSS_POSITIONS)}, "
-                              f"got {self.loss_positions!r}")
         lo = self.min_digits or self.n_digits
         space = (10 ** self.n_digits - 10 ** (lo - 1)) ** 2  # distinct (a, b) pairs
         self.check_room(space, f"task.n_digits={self.n_digits}")

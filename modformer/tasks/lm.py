@@ -24,6 +24,7 @@ never right). The validation and test sets are `validation_size` and `test_size`
 
 from __future__ import annotations
 
+from typing import Literal
 import math
 from dataclasses import dataclass
 
@@ -31,24 +32,18 @@ import numpy as np
 
 from ..configtools import option
 from ..data.store import TokenSplit
-from ..errors import ConfigError
 from ..registry import TASKS
 from .base import IGNORE, Batch
 from .text import TextTask, TextTaskConfig
 
-LAYOUTS = ("packed", "lines")
+Layout = Literal["packed", "lines"]
 
 
 @dataclass
 class LMConfig(TextTaskConfig):
     name: str = option("lm", "registered task (`modformer list` shows them)")
-    layout: str = option("packed", "packed: documents joined by end-of-text and cut into blocks of seq_len; lines: "
+    layout: Layout = option("packed", "packed: documents joined by end-of-text and cut into blocks of seq_len; lines: "
                                    "one example per non-empty line, padded (the paper's line-by-line form)")
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.layout not in LAYOUTS:
-            raise ConfigError(f"task.layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
 
 
 @TASKS.register("lm")

@@ -32,6 +32,7 @@ train. Without new facts there are no slices.
 
 from __future__ import annotations
 
+from typing import Literal
 import math
 from dataclasses import dataclass
 
@@ -53,7 +54,7 @@ class MemorizationConfig(TaskConfig):
     label_seed: int | None = option(None, "seed of the label table; null: use task.test_seed")
     new_facts: float = option(0.0, "share of the table set apart as new facts (knowledge injection), in [0, 1); "
                                    "the test set then reports old and new facts as slice `new`")
-    facts: str = option("all", "facts that train: all, old (all but the new ones) or new (only the new ones)")
+    facts: Literal["all", "old", "new"] = option("all", "facts that train: all, old (all but the new ones) or new (only the new ones)")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -61,8 +62,6 @@ class MemorizationConfig(TaskConfig):
             raise ConfigError(f"task.n must be in 2..{MAX_N}, got {self.n}")
         if not 0 <= self.new_facts < 1:
             raise ConfigError(f"task.new_facts must lie in [0, 1), got {self.new_facts}")
-        if self.facts not in ("all", "old", "new"):
-            raise ConfigError(f"task.facts must be all, old or new, got {self.facts!r}")
         if self.facts != "all" and round(self.new_facts * self.n * self.n) == 0:
             raise ConfigError(f"task.facts={self.facts} needs new facts: set task.new_facts above 0 "
                               f"(of {self.n * self.n} facts)")

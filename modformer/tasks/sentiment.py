@@ -27,6 +27,7 @@ slice `label` (accuracy per class).
 
 from __future__ import annotations
 
+from typing import Literal
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,8 +51,8 @@ class SentimentConfig(TextTaskConfig):
                                  "file or folder with text and label columns")
     label_column: str = option("label", "column (or JSON field) holding the class, an integer 0 .. n_classes - 1")
     n_classes: int = option(2, "number of classes")
-    truncate: str = option("head", "which part of a long review is kept: head (its first tokens) or tail (its last)")
-    pooling: str = option("last", "where the class is read: last (at the last non-pad token, the paper's classifier) "
+    truncate: Literal["head", "tail"] = option("head", "which part of a long review is kept: head (its first tokens) or tail (its last)")
+    pooling: Literal["last", "mean"] = option("last", "where the class is read: last (at the last non-pad token, the paper's classifier) "
                                   "or mean (the class logits averaged over the review's non-pad positions: the "
                                   "output head applied to the mean of its final normed states)")
     validation_fraction: float = option(0.1, "fraction of the (distinct) documents in the validation split")
@@ -63,10 +64,6 @@ class SentimentConfig(TextTaskConfig):
         super().__post_init__()
         if self.n_classes < 2:
             raise ConfigError(f"task.n_classes must be at least 2, got {self.n_classes}")
-        if self.truncate not in ("head", "tail"):
-            raise ConfigError(f"task.truncate must be head or tail, got {self.truncate!r}")
-        if self.pooling not in ("last", "mean"):
-            raise ConfigError(f"task.pooling must be last or mean, got {self.pooling!r}")
 
 
 @TASKS.register("sentiment")

@@ -23,7 +23,7 @@ import numpy as np
 from ..configtools import option
 from ..data.corpus import Corpus, CorpusSpec
 from ..data.hub import HUB
-from ..data.sources import PACKAGED, TEXT_SPLITS, Columns
+from ..data.sources import PACKAGED, Columns, TextSplit
 from ..data.store import TokenSplit
 from ..data.tokenizer import BPE_PAD_ID, TextTokenizer, load_tokenizer
 from ..errors import ConfigError
@@ -37,7 +37,7 @@ class TextTaskConfig(TaskConfig):
                                         "wikitext103, fineweb_edu, yelp_polarity, hf:NAME[:CONFIG] (Hugging Face, "
                                         "network); or a .txt/.jsonl/.csv/.parquet file or a folder of them")
     text_column: str = option("text", "column (or JSON field) holding the text, for table-like files and hub datasets")
-    text_split: str = option("file", "how a .txt file is cut into documents: file, paragraph (blank-line separated) "
+    text_split: TextSplit = option("file", "how a .txt file is cut into documents: file, paragraph (blank-line separated) "
                                      "or line")
     max_documents: int | None = option(None, "read only the source's first this many documents; null: all "
                                              "(fineweb_edu: 100,000)")
@@ -59,8 +59,6 @@ class TextTaskConfig(TaskConfig):
         if not named and not Path(self.source).expanduser().exists():
             raise ConfigError(f"task.source: unknown data source '{self.source}' and no such file or folder "
                               f"(named sources: {', '.join([*PACKAGED, *HUB])}, hf:NAME[:CONFIG]; or a path)")
-        if self.text_split not in TEXT_SPLITS:
-            raise ConfigError(f"task.text_split must be one of {', '.join(TEXT_SPLITS)}, got {self.text_split!r}")
         for key in ("validation_fraction", "test_fraction"):
             if not 0 < getattr(self, key) < 0.5:
                 raise ConfigError(f"task.{key} must lie in (0, 0.5), got {getattr(self, key)}")

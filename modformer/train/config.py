@@ -5,14 +5,15 @@ needs. The LLM-Modules experiment's `train` section extends `LoopConfig` too
 
 from __future__ import annotations
 
+from typing import Literal
 from dataclasses import dataclass
 
 from ..configtools import option
 from ..errors import ConfigError
-from ..precision import PRECISIONS
+from ..precision import Precision
 from .tracking import TRACKERS
 
-SCHEDULES = ("cosine", "linear")
+Schedule = Literal["cosine", "linear"]
 
 
 @dataclass
@@ -20,13 +21,13 @@ class LoopConfig:
     steps: int = option(1000, "optimizer steps")
     batch_size: int = option(64, "sequences per step")
     warmup_steps: int = option(100, "linear warmup steps from 0 to the peak")
-    schedule: str = option("cosine", "after the warm-up, the decay from the peak to peak * min_lr_ratio at the last "
+    schedule: Schedule = option("cosine", "after the warm-up, the decay from the peak to peak * min_lr_ratio at the last "
                                      "step: cosine, or linear (the reference's trainer.py and trainer_classifier.py)")
     min_lr_ratio: float = option(0.1, "final learning rate as a fraction of the peak (end of the decay)")
     weight_decay: float = option(0.1, "AdamW decoupled weight decay on matrices (never on norms or biases)")
     betas: tuple[float, float] = option((0.9, 0.95), "AdamW betas")
     grad_clip: float = option(1.0, "clip the global gradient norm to this; 0 disables")
-    precision: str = option("fp32", "fp32; bf16 (autocast of matmuls; weights stay fp32); or auto: bf16 where the "
+    precision: Precision = option("fp32", "fp32; bf16 (autocast of matmuls; weights stay fp32); or auto: bf16 where the "
                                     "device computes it natively, else fp32 (modformer/precision.py; summary.json "
                                     "records the choice)")
     device: str = option("cpu", "cpu, cuda, or auto (cuda when available)")
@@ -58,10 +59,6 @@ class LoopConfig:
             raise ConfigError(f"train.min_lr_ratio must lie in [0, 1], got {self.min_lr_ratio}")
         if not all(0 <= b < 1 for b in self.betas):
             raise ConfigError(f"train.betas must lie in [0, 1), got {list(self.betas)}")
-        if self.schedule not in SCHEDULES:
-            raise ConfigError(f"train.schedule must be one of {', '.join(SCHEDULES)}, got '{self.schedule}'")
-        if self.precision not in PRECISIONS:
-            raise ConfigError(f"train.precision must be one of {', '.join(PRECISIONS)}, got '{self.precision}'")
         if self.device not in ("cpu", "cuda", "auto") and not self.device.startswith("cuda:"):
             raise ConfigError(f"train.device must be cpu, cuda, cuda:N or auto, got '{self.device}'")
         if self.threads is not None and self.threads < 1:

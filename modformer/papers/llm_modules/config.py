@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Literal, Sequence
 
 import yaml
 
 from ...config import read_yaml
 from ...configtools import apply_override, from_dict, option, to_dict
 from ...errors import ConfigError
-from ...precision import PRECISIONS
+from ...precision import Precision
 from ...train.config import LoopConfig
 from .arms import ARMS
 from ...interop.packaged import NAME as PACKAGED_TEACHER
@@ -25,12 +25,12 @@ class TeacherSection:
                                          "folder, or a hub name when the network allows")
     layer: int = option(-1, "hidden states the bridges read, Hugging Face numbering: 0 the embeddings, i after "
                             "block i, -1 after the final norm (bridge.teacher_layers: a layer per bridge)")
-    precision: str = option("auto", "the teacher's forward pass: fp32; bf16 autocast; or auto: bf16 where the device "
+    precision: Precision = option("auto", "the teacher's forward pass: fp32; bf16 autocast; or auto: bf16 where the device "
                                     "computes it natively (3x faster than fp32 on a CPU with AVX-512 BF16), fp32 "
                                     "elsewhere (emulated bf16 on an AVX2-only CPU can be several times slower)")
     device: str | None = option(None, "where the teacher computes the states it is asked for (once per text: they are "
                                       "cached): cpu, cuda, cuda:N or auto; null: train.device")
-    cache_dtype: str = option("bf16", "teacher states on disk: float32 or bf16")
+    cache_dtype: Literal["float32", "bf16"] = option("bf16", "teacher states on disk: float32 or bf16")
     batch_size: int = option(16, "texts per teacher forward pass when filling the cache")
     known_only: bool = option(True, "keep only the facts the teacher itself completes correctly (greedy)")
 
@@ -50,7 +50,7 @@ class StudentSection:
     n_layers: int = option(2, "student blocks")
     n_heads: int = option(9, "student attention heads; must divide its width")
     d_ff: int | None = option(None, "feed-forward width; null: 4 x width")
-    embeddings: str = option(
+    embeddings: Literal["teacher", "random"] = option(
         "teacher", "teacher: the student's token embedding (tied to its output head) is the teacher's, frozen, so "
                    "its width is the teacher's (needs the teacher's tokenizer); random: learned from scratch at "
                    "student.d_model. A student that "
@@ -87,9 +87,10 @@ class BridgeSection:
 
 @dataclass
 class DataSection:
-    task: str = option("facts", "facts (held-out facts the teacher knows), arithmetic (worked sums, held out by "
-                                "operand values) or stratos (the paper's Bespoke-Stratos problems with their reasoning "
-                                "and solution, held out by problem, scored on the last \\boxed{} answer)")
+    task: Literal["facts", "arithmetic", "stratos"] = option(
+        "facts", "facts (held-out facts the teacher knows), arithmetic (worked sums, held out by operand values) or "
+                 "stratos (the paper's Bespoke-Stratos problems with their reasoning and solution, held out by "
+                 "problem, scored on the last \\boxed{} answer)")
     task_source: str = option("bespoke_stratos", "stratos: where its conversations come from: bespoke_stratos (the "
                                                  "hub dataset, network) or a local .jsonl/.parquet file of rows like "
                                                  "it")
@@ -107,8 +108,8 @@ class DataSection:
     corpus_rows: int = option(2000, "corpus texts used")
     max_tokens: int = option(32, "corpus texts are cut to this many tokens")
     task_fraction: float = option(0.25, "share of each training batch drawn from the task's training items")
-    loss_on: str = option("answer", "task items: loss on the answer only, or on the whole text (corpus texts are "
-                                    "always scored whole)")
+    loss_on: Literal["answer", "text"] = option(
+        "answer", "task items: loss on the answer only, or on the whole text (corpus texts are always scored whole)")
     arithmetic_digits: int = option(2, "arithmetic: digits per operand")
     max_items: int | None = option(None, "use a seeded sample of this many of the task's items (null: all); "
                                          "arithmetic has 8,100 two-digit sums and the teacher reads each once")
@@ -158,19 +159,14 @@ class LLMModulesConfig:
                        "distill": self.student_tokenizer == "teacher"}
             self.arms = [a for a in ARMS if allowed.get(a, True)]
         checks = [
-            (self.teacher.precision in PRECISIONS, f"teacher.precision must be one of {', '.join(PRECISIONS)}"),
-            (self.teacher.cache_dtype in ("float32", "bf16"), "teacher.cache_dtype must be float32 or bf16"),
             (self.teacher.device in (None, "cpu", "cuda", "auto") or self.teacher.device.startswith("cuda:"),
              "teacher.device must be cpu, cuda, cuda:N, auto or null"),
-            (self.student.embeddings in ("teacher", "random"), "student.embeddings must be teacher or random"),
-            (self.data.task in ("facts", "arithmetic", "stratos"), "data.task must be facts, arithmetic or stratos"),
             (self.data.max_item_tokens is None or self.data.max_item_tokens >= 2,
              "data.max_item_tokens must be at least 2 or null"),
             (self.data.max_item_tokens is None or not self.student_tokenizer.startswith("bpe:"),
              "data.max_item_tokens counts student tokens before the split, and a bpe:N student tokenizer is trained "
              "on the training items after it: use another student.tokenizer or data.max_item_tokens: null"),
             (self.train.epochs is None or self.train.epochs > 0, "train.epochs must be positive or null"),
-            (self.data.loss_on in ("answer", "text"), "data.loss_on must be answer or text"),
             (0 < self.data.held_out < 1, "data.held_out must lie strictly between 0 and 1"),
             (0 < self.data.task_fraction <= 1, "data.task_fraction must lie in (0, 1]"),
             (self.data.corpus is not None or self.data.task_fraction == 1,

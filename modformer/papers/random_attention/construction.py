@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, get_args
 
 from ...configtools import from_dict, option
 from ...constructions import CONSTRUCTIONS, Construction
@@ -37,20 +37,14 @@ from ...tasks.base import TaskConfig
 class ReferenceOptions:
     """The readings of `model.construction: reference` (`model.construction_options`)."""
 
-    transformers: str = option(
+    transformers: Reading = option(
         "v4.50", "the transformers version the reference runs under, where its behaviour depends on it: its "
                  "sentiment classifier's attention is causal under 4.50-4.52 (v4.50, the default: the paper's runs "
                  "predate 4.53, released 2025-06-26, after the paper) and bidirectional from 4.53 on (v4.53)")
-    init: str = option(
+    init: InitReading = option(
         "released", "the initialisation scale: released (initializer_range = 0.02, as its code runs: utils.py ~99, "
                     "hdmemorize_exp.py ~165) or commented (1/sqrt(d_model), the line utils.py comments out under "
                     "'TODO make sure it's 1/sqrt(width)'); fills model.init_std")
-
-    def __post_init__(self) -> None:
-        if self.transformers not in READINGS:
-            raise ValueError(f"transformers must be one of {', '.join(READINGS)}, got '{self.transformers}'")
-        if self.init not in INIT_READINGS:
-            raise ValueError(f"init must be one of {', '.join(INIT_READINGS)}, got '{self.init}'")
 
 
 def reading(data: dict[str, Any], key: str) -> Any:
@@ -129,8 +123,9 @@ def sample_extra(data: dict[str, Any]) -> int:
     return 1 if task_name(data) in SAMPLE_TASKS else 0
 
 
-READINGS = ("v4.50", "v4.53")  # model.construction_options.transformers
-INIT_READINGS = ("released", "commented")  # model.construction_options.init
+Reading = Literal["v4.50", "v4.53"]  # model.construction_options.transformers
+InitReading = Literal["released", "commented"]  # model.construction_options.init
+READINGS, INIT_READINGS = get_args(Reading), get_args(InitReading)
 
 
 def init_std(data: dict[str, Any]) -> float:
