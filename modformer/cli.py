@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import time
 from typing import Any
@@ -426,6 +427,19 @@ def _train_help_with_config(parser: argparse.ArgumentParser, argv: list[str]) ->
     return True
 
 
+def _check_out(out: str | None) -> None:
+    """Refuse an `--out` that names no folder (empty) or one no file system holds (a name over 255
+    bytes), before anything is written."""
+    if out is None:
+        return
+    if not out.strip():
+        raise ModformerError("--out is empty: name the folder (or file) to write, or leave --out out for the default")
+    long = next((part for part in Path(out).parts if len(os.fsencode(part)) > 255), None)
+    if long is not None:
+        raise ModformerError(f"--out: the name '{long[:40]}...' is {len(os.fsencode(long))} bytes, over the 255 a "
+                             f"file name may have")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else argv
@@ -445,6 +459,7 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides = [*args.overrides, *extra]
     args.command = ["modformer", *argv]  # as typed: what a sweep records as the command that started it
     try:
+        _check_out(getattr(args, "out", None))
         return args.func(args)
     except ModformerError as e:
         print(f"modformer: error: {e}", file=sys.stderr)

@@ -105,6 +105,9 @@ def config_from_dict(data: dict[str, Any] | None) -> RunConfig:
     data = copy.deepcopy(data) if data else {}
     if not isinstance(data, dict):
         raise ConfigError(f"a config must be a mapping with sections model, task, train; got {type(data).__name__}")
+    for section in ("model", "task", "train"):
+        if section in data and data[section] is None:  # would silently mean every default
+            raise ConfigError(f"{section}: null; give it keys, or leave the section out for its defaults")
     _variant_mixer(data)
     apply_construction(data)
     task_data = data.pop("task", None) or {}

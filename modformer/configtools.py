@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 import types
 import typing
 from pathlib import Path
@@ -37,14 +38,23 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+MAX_CONFIG_BYTES = 16 * 2 ** 20  # a config is kilobytes; a bigger file is not one (and would be read whole)
+MAX_INT = 2 ** 63 - 1  # the largest integer torch and numpy take (a seed, a size)
+
+
 def read_yaml(path: str | Path) -> dict[str, Any]:
     """A config file as plain data: a mapping, at least one key, no key twice in a mapping."""
     path = Path(path)
     try:
+        if path.exists() and not path.is_file():  # a folder, a device (/dev/zero), a pipe
+            raise ConfigError(f"config file {path} is not a regular file")
+        if path.exists() and path.stat().st_size > MAX_CONFIG_BYTES:
+            raise ConfigError(f"config file {path} is {path.stat().st_size:,} bytes, more than a config holds "
+                              f"({MAX_CONFIG_BYTES:,} at most)")
         text = path.read_text()
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {path}") from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as e:
+    except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"cannot read config file {path}: {e.__class__.__name__}") from None
     try:
         data = yaml.load(text, Loader=_StrictLoader)
@@ -54,6 +64,10 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
         raise ConfigError(f"config file {path} is not valid YAML{where}") from None
+    except RecursionError:
+        raise ConfigError(f"config file {path} nests deeper than a config does") from None
+    except TypeError as e:  # a key YAML cannot hash (a list as a key)
+        raise ConfigError(f"config file {path}: {e} (a key must be a name, not a list or mapping)") from None
     if data is None or data == {}:
         raise ConfigError(f"config file {path} is empty (no keys); give at least the sections it changes, "
                           f"e.g. 'task: {{name: retrieval}}'")
@@ -77,6 +91,15 @@ def option(default: Any = dataclasses.MISSING, help: str = "", *,
     if default is not _MISSING and isinstance(default, (list, dict, set)):
         raise TypeError("use default_factory for mutable defaults")
     return dataclasses.field(default=default, default_factory=default_factory, metadata={"help": help})
+
+
+def check_seeds(section: Any, prefix: str, *names: str) -> None:
+    """Refuse a negative seed (numpy's generators take none) among `section`'s fields `names`
+    (an int, a list of ints, or None), naming `prefix.name`."""
+    for name in names:
+        value = getattr(section, name)
+        if any(v is not None and v < 0 for v in (value if isinstance(value, list) else [value])):
+            raise ConfigError(f"{prefix}.{name} must be a seed >= 0, got {value}")
 
 
 def field_help(cls: type, name: str) -> str:
@@ -143,15 +166,22 @@ def coerce(value: Any, tp: Any, key: str) -> Any:
         if isinstance(value, dict):
             return {coerce(k, kt, key): coerce(v, vt, f"{key}.{k}") for k, v in value.items()}
     elif tp is float:
+        number = None
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):  # YAML 1.1 reads `3e-3` (no dot) as a string
+            number = float(value)
+        elif isinstance(value, str):  # YAML 1.1 reads `3e-3` (no dot) as a string
             try:
-                return float(value)
+                number = float(value)
             except ValueError:
                 pass
+        if number is not None:
+            if not math.isfinite(number):  # NaN or infinity reaches no setting meaningfully
+                raise ConfigError(f"{key}: expected a finite number, got {value!r}")
+            return number
     elif tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
+            if abs(value) > MAX_INT:
+                raise ConfigError(f"{key}: {value} is beyond the 64-bit integers torch and numpy take")
             return value
     elif isinstance(tp, type) and isinstance(value, tp):
         return value

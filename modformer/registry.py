@@ -37,8 +37,10 @@ def import_path(path: str, key: str) -> Any:
         The module's attribute (a class, function or other object).
     """
     module_name, _, attribute = path.partition(":")
-    if not module_name or not attribute:
-        raise ConfigError(f"{key}: '{path}' is not an import path of the form package.module:attribute")
+    if not module_name or not attribute or module_name.startswith("."):
+        raise ConfigError(f"{key}: '{path}' is not an import path of the form package.module:attribute"
+                          + (" (absolute: a relative one has no package to start from)"
+                             if module_name.startswith(".") else ""))
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.append(os.getcwd())  # as `python -m` would; after installed packages
     try:
@@ -46,12 +48,25 @@ def import_path(path: str, key: str) -> Any:
     except ImportError as e:
         raise ConfigError(f"{key}: cannot import module '{module_name}' for '{path}' ({e}); install it, put it on "
                           f"PYTHONPATH or run from the folder that holds it") from None
+    except (Exception, SystemExit) as e:  # the module itself fails as it is imported: say where
+        raise ConfigError(f"{key}: importing module '{module_name}' for '{path}' raised "
+                          f"{e.__class__.__name__}{_where_in(e)}: {e}") from None
     obj = module
     for part in attribute.split("."):
         if not hasattr(obj, part):
             raise ConfigError(f"{key}: module '{module_name}' has no '{attribute}' (for '{path}')")
         obj = getattr(obj, part)
     return obj
+
+
+def _where_in(error: BaseException) -> str:
+    """' (file.py, line N)': where an import failed, the innermost frame or a syntax error's line."""
+    if isinstance(error, SyntaxError) and error.filename:
+        return f" ({error.filename}, line {error.lineno})"
+    tb = error.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return f" ({tb.tb_frame.f_code.co_filename}, line {tb.tb_lineno})" if tb is not None else ""
 
 
 class Registry(Generic[T]):

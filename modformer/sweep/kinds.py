@@ -114,6 +114,17 @@ def saved_sweep(sweep_dir: Path) -> dict[str, Any]:
     return saved
 
 
+def read_summary(run_dir: Path) -> dict[str, Any] | None:
+    """A run's summary.json, what marks it done; None where there is none, or where the file
+    cannot be read as one (zero-filled or cut short by a failing disk): such a run is not
+    done, and running it again resumes from its last checkpoint and writes its summary anew."""
+    try:
+        summary = json.loads((Path(run_dir) / "summary.json").read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return summary if isinstance(summary, dict) else None
+
+
 def check_format(sweep_dir: Path) -> None:
     """Refuse a sweep folder of another records format (`saved_sweep`); a folder without a
     sweep.yaml yet passes."""
@@ -160,7 +171,7 @@ def _train_check(runs: Sequence[Any], folder: Callable[[Any], Path]) -> None:
         preflight(run.config, build_model(model, run.config.train.seed), built.seq_len, built.vocab_size)
     missing = [run for run in runs if run.config.train.init_from is not None
                and not Path(run.config.train.init_from).exists()
-               and not (folder(run) / "summary.json").exists()
+               and read_summary(folder(run)) is None
                and not list_checkpoints(folder(run) / "checkpoints")]
     if missing:
         raise ModformerError(f"{len(missing)} run(s) start from weights that do not exist, e.g. {missing[0].run_id}: "

@@ -33,7 +33,7 @@ from ..errors import Interrupted, ModformerError
 from ..files import atomic_write_text, durable_append, reserve
 from ..train.records import read_records
 from ..version import RECORDS_FORMAT
-from .kinds import check_format, python_command, run_kind
+from .kinds import check_format, python_command, read_summary, run_kind
 from .spec import RunSpec, Sweep
 
 IGNORED_WHEN_RESUMING = {"workers", "launcher", "slurm", "paper"}  # sweep keys that may change between invocations
@@ -208,11 +208,11 @@ class SweepRunner:
         done = {k for k, r in records.items() if r["status"] == "done"}
         todo = []
         for run in runs:
-            summary = self.run_dir(run) / "summary.json"
             if run.run_id in done:
                 continue
-            if summary.exists():  # finished, but the sweep was killed before recording it
-                self._record({**self.base_record(run), "status": "done", "summary": json.loads(summary.read_text())})
+            summary = read_summary(self.run_dir(run))
+            if summary is not None:  # finished, but the sweep was killed before recording it
+                self._record({**self.base_record(run), "status": "done", "summary": summary})
                 continue
             todo.append(run)
         return runs, todo
@@ -282,8 +282,8 @@ def record_outcome(out: Path, base: dict[str, Any], code: int, log_path: Path,
     run_id, run_dir = base["run_id"], Path(out) / base["run_dir"]
     # A summary is written last (plots drawn): with one, the run is done, even if a Ctrl-C then
     # made its process end with 130.
-    if code in (0, 130) and (run_dir / "summary.json").exists():
-        summary = json.loads((run_dir / "summary.json").read_text())
+    summary = read_summary(run_dir) if code in (0, 130) else None
+    if summary is not None:
         append_result(out, {**base, "status": "done", "summary": summary})
         echo(done_line(run_id, summary, describe))
     elif code == 130:

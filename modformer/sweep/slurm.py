@@ -45,7 +45,7 @@ from ..errors import ModformerError
 from ..files import durable_append
 from ..lock import take_lock
 from ..train.records import read_records
-from .kinds import RunKind, kind_of
+from .kinds import RunKind, kind_of, read_summary
 from .runner import SweepRunner, append_result, checked_results, done_line, read_results
 from .slurm_states import LIVE, LOST_AFTER_S, query_states
 from .spec import RunSpec
@@ -112,8 +112,8 @@ def gather(out: Path, states: dict[str, str], echo: Callable[[str], None], kind:
             continue
         base = {**job["base"], "slurm_job": job["job_id"]}
         run_dir = Path(out) / base["run_dir"]
-        if (run_dir / "summary.json").exists():
-            summary = json.loads((run_dir / "summary.json").read_text())
+        summary = read_summary(run_dir)
+        if summary is not None:
             append_result(out, {**base, "status": "done", "summary": summary})
             echo(done_line(run_id, summary, kind.describe))
             continue

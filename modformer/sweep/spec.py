@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any, Literal, Sequence
 
 from ..config import read_yaml
-from ..configtools import apply_override, from_dict, option, set_dotted, to_dict
+from ..configtools import apply_override, check_seeds, from_dict, option, set_dotted, to_dict
 from ..errors import ConfigError
 from .kinds import RUN_KINDS, run_kind
 from .sections import check_paper
@@ -85,6 +85,7 @@ class SweepConfig:
             raise ConfigError("sweep.variants must name at least one variant")
         if len(set(self.seeds)) != len(self.seeds) or not self.seeds:
             raise ConfigError(f"sweep.seeds must be distinct and non-empty, got {self.seeds}")
+        check_seeds(self, "sweep", "seeds")
         if self.workers < 1:
             raise ConfigError(f"sweep.workers must be positive, got {self.workers}")
         if self.experiment not in RUN_KINDS:
@@ -216,7 +217,8 @@ class Sweep:
                         set_dotted(data, key, copy.deepcopy(value), f"sweep.variants.{arm.name}.{key}")
                     for key, value in point:
                         set_dotted(data, key, value, f"sweep.grid.{key}")
-                    init = (data.get("train") or {}).get("init_from")
+                    train = data.get("train")
+                    init = train.get("init_from") if isinstance(train, dict) else None
                     if isinstance(init, str):  # each run fine-tunes its own arm's and seed's model
                         data["train"]["init_from"] = init.replace("{variant}", arm.name).replace("{seed}", str(seed))
                     try:

@@ -8,7 +8,6 @@ runs that Slurm killed is left to the launcher (--wait, or the next submission).
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from ..errors import ModformerError
 from .runner import read_results
 from .slurm import LIVE, job_states, submitted_jobs
 from .slurm_states import read_accounting
-from .kinds import run_kind
+from .kinds import read_summary, run_kind
 from .spec import load_sweep
 
 STATUSES = ("done", "running", "queued", "unknown", "failed", "cancelled", "started", "not started")
@@ -42,9 +41,9 @@ def run_statuses(out: Path) -> list[tuple[str, str, str]]:
     for run in runs:
         record, job, state = results.get(run.run_id, {}), jobs.get(run.run_id), states.get(run.run_id)
         run_dir = out / "runs" / run.run_id
-        if record.get("status") == "done" or (run_dir / "summary.json").exists():
-            # A run finished but not gathered yet has its figures in its own summary only.
-            summary = record.get("summary") or json.loads((run_dir / "summary.json").read_text())
+        summary = record.get("summary") if record.get("status") == "done" else None
+        summary = summary or read_summary(run_dir)  # a run finished but not gathered yet: its own summary
+        if summary is not None:
             rows.append((run.run_id, "done", kind.describe(summary)))
         elif state == "UNKNOWN":
             since = accounting.get("unreachable_since")

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..configtools import option
+from ..configtools import check_seeds, option
 from ..errors import ConfigError
 
 IGNORE = -100  # target value at positions that carry no loss
@@ -24,6 +24,7 @@ class TaskConfig:
     test_seed: int = option(1234, "seed of the held-out sets; fixed so every run is scored on the same examples")
 
     def __post_init__(self) -> None:
+        check_seeds(self, "task", *(f.name for f in fields(self) if f.name.endswith("seed")))
         for key in ("test_size", "validation_size"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"task.{key} must be positive, got {getattr(self, key)}")

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Literal
 from dataclasses import dataclass
 
-from ..configtools import option
+from ..configtools import check_seeds, option
 from ..errors import ConfigError
 from ..precision import Precision
 from .tracking import TRACKERS
@@ -89,6 +89,7 @@ class TrainConfig(LoopConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_seeds(self, "train", "seed")
         for key in ("eval_batch_size", "keep_checkpoints"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"train.{key} must be positive, got {getattr(self, key)}")

@@ -400,6 +400,7 @@ class Trainer(TrainingLoop):
         }
         if self.world.main:  # the summary last: a run with one is done, its plots drawn (a sweep counts on it)
             self._plot()
+            self.metrics.sync()  # the test record on disk before the summary says the run is done
             atomic_write_text(self.run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
         return summary
 

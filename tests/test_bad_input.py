@@ -1,0 +1,104 @@
+"""Bad input found by fuzzing the command line (issue 51 point 3): each is one line naming what
+is wrong and exit status 2, before anything is written; never a traceback, never a silent
+default."""
+
+from __future__ import annotations
+
+import pytest
+
+from test_sharp_edges import TINY, one_line_error
+
+
+def config(tmp_path, name: str, text: str | bytes):
+    path = tmp_path / name
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    return str(path)
+
+
+@pytest.mark.parametrize("override, says", [
+    ("train.lr=.nan", "train.lr: expected a finite number, got nan"),
+    ("model.init_std=.nan", "model.init_std: expected a finite number"),
+    ("train.grad_clip=.inf", "train.grad_clip: expected a finite number"),
+    ("train.seed=-1", "train.seed must be a seed >= 0, got -1"),
+    ("task.test_seed=-3", "task.test_seed must be a seed >= 0"),
+    (f"train.seed={2 ** 70}", "is beyond the 64-bit integers"),
+    ("train=null", "train: null; give it keys, or leave the section out"),
+    ("model.mixer=..:x", "absolute: a relative one has no package"),
+])
+def test_a_value_that_would_reach_torch_badly_is_refused_where_loaded(tmp_path, capsys, override, says):
+    line = one_line_error(capsys, "train", "configs/retrieval.yaml", "--out", str(tmp_path / "run"), *TINY, override)
+    assert says in line
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("name, text, says", [
+    ("deep.yaml", "x: " + "[" * 5000 + "]" * 5000 + "\n", "nests deeper than a config does"),
+    ("listkey.yaml", "model:\n  ? [1, 2]\n  : 3\n", "a key must be a name, not a list or mapping"),
+    ("binary.yaml", bytes(range(256)), "cannot read config file"),
+])
+def test_a_config_file_that_is_no_config_is_one_line(tmp_path, capsys, name, text, says):
+    assert says in one_line_error(capsys, "train", config(tmp_path, name, text), "--out", str(tmp_path / "run"))
+
+
+def test_a_config_that_is_not_a_regular_file_is_not_read(tmp_path, capsys):
+    """/dev/zero would be read until memory runs out."""
+    assert "is not a regular file" in one_line_error(capsys, "train", "/dev/zero", "--out", str(tmp_path / "run"))
+
+
+@pytest.mark.parametrize("out, says", [
+    ("", "--out is empty"),
+    ("x" * 300, "is 300 bytes, over the 255 a file name may have"),
+])
+def test_an_out_that_names_no_folder_is_refused(tmp_path, capsys, monkeypatch, out, says):
+    monkeypatch.chdir(tmp_path)
+    assert says in one_line_error(capsys, "train", str(config(tmp_path, "c.yaml", "model: {d_model: 16}\n")),
+                                  "--out", out, *TINY)
+    assert [p.name for p in tmp_path.iterdir()] == ["c.yaml"]  # nothing written, no dated folder either
+
+
+@pytest.mark.parametrize("body, says", [
+    ("raise RuntimeError('broken part module')", r"raised RuntimeError \(.*broken_part.py, line 1\): broken part module"),
+    ("def broken(:\n", r"raised SyntaxError \(.*broken_part.py, line 1\)"),
+    ("import sys\nsys.exit(0)", "raised SystemExit"),
+])
+def test_a_part_module_that_fails_on_import_is_named_with_its_file(tmp_path, capsys, monkeypatch, body, says):
+    import re
+    import sys
+
+    (tmp_path / "broken_part.py").write_text(body)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "broken_part", raising=False)
+    line = one_line_error(capsys, "train", "configs/retrieval.yaml", "--out", str(tmp_path / "run"), *TINY,
+                          "model.mixer=broken_part:Mixer")
+    assert re.search(r"model.mixer: importing module 'broken_part' for 'broken_part:Mixer' " + says, line), line
+
+
+def test_a_grid_axis_naming_a_whole_section_is_one_line(tmp_path, capsys):
+    sweep = config(tmp_path, "s.yaml", "model: {d_model: 16}\nsweep: {grid: {train: [1]}}\n")
+    assert "train: expected a mapping" in one_line_error(capsys, "sweep", sweep, "--out", str(tmp_path / "sw"))
+
+
+def test_a_zero_filled_summary_is_an_unfinished_run_not_a_crash(tmp_path, capsys):
+    """A failing disk leaves summary.json zero-filled and the sweep's "done" line unwritten:
+    `--status` and the sweep read it as a run not yet done, and the sweep finishes it again
+    (from its last checkpoint) instead of stopping on a JSONDecodeError until the file is
+    deleted by hand."""
+    import json
+
+    from modformer.cli import main
+
+    out = tmp_path / "sweep"
+    sweep = ["sweep", "configs/retrieval.yaml", "--out", str(out), *TINY, "sweep.seeds=[0]"]
+    assert main(sweep) == 0
+    summary = out / "runs/standard/default/seed0/summary.json"
+    whole = json.loads(summary.read_text())
+    summary.write_bytes(bytes(summary.stat().st_size))
+    (out / "results.jsonl").write_text("")
+    capsys.readouterr()
+    assert main(["sweep", "--status", str(out)]) == 0
+    assert "done" not in capsys.readouterr().out.split("standard/default/seed0", 1)[1].splitlines()[0]
+    assert main(sweep) == 0
+    again = json.loads(summary.read_text())
+    assert again["test"] == whole["test"] and again["step"] == whole["step"]
+    (record,) = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert record["status"] == "done" and record["summary"]["test"] == whole["test"]
