@@ -102,3 +102,37 @@ def test_a_zero_filled_summary_is_an_unfinished_run_not_a_crash(tmp_path, capsys
     assert again["test"] == whole["test"] and again["step"] == whole["step"]
     (record,) = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert record["status"] == "done" and record["summary"]["test"] == whole["test"]
+
+
+@pytest.mark.parametrize("override, key", [("train.batch_size=1000000000", "train.batch_size=1,000,000,000"),
+                                           ("train.eval_batch_size=100000000", "train.eval_batch_size=100,000,000")])
+def test_a_batch_that_cannot_fit_in_memory_is_refused_before_allocating(tmp_path, capsys, override, key):
+    line = one_line_error(capsys, "train", "configs/retrieval.yaml", "--out", str(tmp_path / "run"), *TINY, override)
+    assert key in line and "GiB this machine has free" in line
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("variant", ["standard", "mixit", "frozen_mlp"])
+def test_the_memory_floor_is_below_what_a_step_holds_at_once(tiny_config, variant):
+    """The floor never refuses a batch that fits: as backward starts, a step holds at once every
+    tensor saved for backward, the logits and the logits' gradient, and their bytes are above
+    the floor."""
+    import torch
+
+    from modformer.train.preflight import step_memory_floor
+    from modformer.variants import build_model
+
+    cfg = tiny_config("train.batch_size=64", "train.eval_batch_size=1", f"model.variant={variant}")
+    model = build_model(cfg.model, 0)
+    T = cfg.model.max_seq_len
+    tokens = torch.randint(0, cfg.model.vocab_size, (64, T), generator=torch.Generator().manual_seed(0))
+    saved = {}
+
+    def keep(t):
+        saved[(t.untyped_storage().data_ptr(), t.dtype)] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):
+        logits = model(tokens)
+    held = sum(saved.values()) + 2 * logits.numel() * logits.element_size()  # the logits and their gradient
+    assert step_memory_floor(cfg, T, cfg.model.vocab_size) <= held
