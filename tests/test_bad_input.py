@@ -136,3 +136,35 @@ def test_the_memory_floor_is_below_what_a_step_holds_at_once(tiny_config, varian
         logits = model(tokens)
     held = sum(saved.values()) + 2 * logits.numel() * logits.element_size()  # the logits and their gradient
     assert step_memory_floor(cfg, T, cfg.model.vocab_size) <= held
+
+
+def test_a_second_sweep_on_a_running_folder_is_refused_in_one_line(tmp_path, capsys):
+    """While a sweep runs a folder (its lock held), another on it would score the finished runs
+    again, be refused each run's lock (recorded FAILED) and share each run's log."""
+    from modformer.lock import take_lock
+
+    out = tmp_path / "sweep"
+    out.mkdir()
+    with take_lock(out / "sweep.lock", wait=False):  # as the running sweep holds it
+        line = one_line_error(capsys, "sweep", "configs/retrieval.yaml", "--out", str(out), *TINY, "sweep.seeds=[0]")
+    assert "another sweep is running this folder" in line and "--status" in line
+    assert sorted(p.name for p in out.iterdir()) == ["sweep.lock"]  # nothing else written
+
+
+def test_a_run_killed_just_after_writing_its_summary_is_done(tmp_path):
+    """Its summary is written last: whatever ended the process after it, the run is done."""
+    import json
+
+    from modformer.sweep.runner import read_results, record_outcome
+
+    run = tmp_path / "runs" / "standard" / "default" / "seed0"
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text(json.dumps({"test": {"accuracy": 1.0}}))
+    said = []
+    base = {"run_id": "standard/default/seed0", "run_dir": "runs/standard/default/seed0"}
+    record_outcome(tmp_path, base, -9, tmp_path / "log", said.append, lambda s: "")
+    assert read_results(tmp_path)["standard/default/seed0"]["status"] == "done" and said[0].startswith("done")
+    (run / "summary.json").unlink()
+    record_outcome(tmp_path, {**base, "run_id": "x", "run_dir": "runs/standard/default/seed0"}, 130,
+                   tmp_path / "log", said.append, lambda s: "")
+    assert said[-1] == "paused x (no checkpoint yet: it starts again)"  # not "checkpoint saved"

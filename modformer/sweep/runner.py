@@ -31,6 +31,7 @@ import yaml
 from ..configtools import get_dotted, set_dotted
 from ..errors import Interrupted, ModformerError
 from ..files import atomic_write_text, durable_append, reserve
+from ..lock import take_lock
 from ..train.records import read_records
 from ..version import RECORDS_FORMAT
 from .kinds import check_format, python_command, read_summary, run_kind
@@ -184,7 +185,8 @@ class SweepRunner:
             with self._lock:
                 self._children.discard(proc)
         with self._lock:
-            record_outcome(self.out, self.base_record(run), code, log_path, self.echo, self.kind.describe)
+            record_outcome(self.out, self.base_record(run), code, log_path, self.echo, self.kind.describe,
+                           self.kind.started)
 
     def stop(self) -> None:
         with self._lock:
@@ -218,7 +220,22 @@ class SweepRunner:
         return runs, todo
 
     def run(self) -> dict[str, dict[str, Any]]:
-        """Run every unfinished run, each by its kind's command; return the results by run id."""
+        """Run every unfinished run, each by its kind's command; return the results by run id.
+        One local sweep at a time runs a folder (its lock `sweep.lock`): a second would score
+        the finished runs again, be refused each run's own lock and share each run's log."""
+        if not self._probed:  # every config checked, and the models probed, before the folder exists
+            self.kind.check(self.sweep.runs(), self.run_dir)
+            self._probed = True
+        try:
+            self.out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ModformerError(f"cannot create sweep folder {self.out}: {e.strerror or e}") from None
+        with take_lock(self.out / "sweep.lock", wait=False,
+                       busy="{path}: another sweep is running this folder ({holder}); let it finish, or follow it "
+                            "with modformer sweep --status"):
+            return self._run()
+
+    def _run(self) -> dict[str, dict[str, Any]]:
         runs, todo = self.pending()
         workers = self.sweep.spec.workers
         threads = max(1, (os.cpu_count() or 1) // workers)
@@ -275,19 +292,21 @@ def done_line(run_id: str, summary: dict[str, Any], describe: Callable[[dict[str
 
 
 def record_outcome(out: Path, base: dict[str, Any], code: int, log_path: Path,
-                   echo: Callable[[str], None], describe: Callable[[dict[str, Any]], str]) -> None:
+                   echo: Callable[[str], None], describe: Callable[[dict[str, Any]], str],
+                   started: Callable[[Path], str] = lambda run_dir: "") -> None:
     """Record how one run's command ended (exit status `code`): done with its summary, or
     failed with the last line of its log (`describe`: the run kind's words on a summary). An
     interrupted run (130) saved its checkpoint and is not recorded: started again, it continues."""
     run_id, run_dir = base["run_id"], Path(out) / base["run_dir"]
-    # A summary is written last (plots drawn): with one, the run is done, even if a Ctrl-C then
-    # made its process end with 130.
-    summary = read_summary(run_dir) if code in (0, 130) else None
+    # A summary is written last (plots drawn): with one, the run is done, whatever ended its
+    # process then (a Ctrl-C, a kill just after).
+    summary = read_summary(run_dir)
     if summary is not None:
         append_result(out, {**base, "status": "done", "summary": summary})
         echo(done_line(run_id, summary, describe))
     elif code == 130:
-        echo(f"paused {run_id} (checkpoint saved)")
+        kept = started(run_dir)
+        echo(f"paused {run_id} ({kept} kept)" if kept else f"paused {run_id} (no checkpoint yet: it starts again)")
     else:
         tail = log_path.read_text().strip().splitlines()[-1:] if log_path.exists() else []
         error = (tail or ["(no output)"])[0]
