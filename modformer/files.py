@@ -61,12 +61,17 @@ def fsync_file(path: Path) -> None:
 def durable_append(path: Path, text: str) -> None:
     """Append `text` in a single O_APPEND write, then fsync: the lines stay whole beside
     another process's, and once this returns they survive a crash or a failing disk (a crash
-    before it leaves the file as it was, or with a torn last line, which readers skip)."""
+    before it leaves the file as it was, or with a torn last line, which readers skip). After a
+    torn or damaged last line (no newline at its end) the text starts a line of its own, so
+    that it is not read as part of that line and lost with it."""
     path = Path(path)
     created = not path.exists()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)
     try:
         with naming(path):
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                text = "\n" + text
             os.write(fd, text.encode())
             os.fsync(fd)
     finally:

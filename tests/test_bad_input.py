@@ -168,3 +168,96 @@ def test_a_run_killed_just_after_writing_its_summary_is_done(tmp_path):
     record_outcome(tmp_path, {**base, "run_id": "x", "run_dir": "runs/standard/default/seed0"}, 130,
                    tmp_path / "log", said.append, lambda s: "")
     assert said[-1] == "paused x (no checkpoint yet: it starts again)"  # not "checkpoint saved"
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """A finished one-run sweep and a finished run, to damage copies of."""
+    from modformer.cli import main
+
+    root = tmp_path_factory.mktemp("finished")
+    assert main(["sweep", "configs/retrieval.yaml", "--out", str(root / "sweep"), *TINY, "sweep.seeds=[0]"]) == 0
+    assert main(["train", "configs/retrieval.yaml", "--out", str(root / "run"), *TINY]) == 0
+    return root
+
+
+def damaged_copy(finished, tmp_path, which: str, name: str, content: bytes | None):
+    import shutil
+
+    copy = tmp_path / which
+    shutil.copytree(finished / which, copy)
+    target = copy / name
+    if content is None:  # a folder where the file was
+        target.unlink()
+        target.mkdir()
+    else:
+        target.write_bytes(content)
+    return copy
+
+
+def first_result(finished, change) -> bytes:
+    import json
+
+    record = json.loads((finished / "sweep" / "results.jsonl").read_text().splitlines()[0])
+    change(record)
+    return (json.dumps(record) + "\n").encode()
+
+
+@pytest.mark.parametrize("name, content, says", [
+    ("sweep.yaml", bytes(range(256)), "cannot read"),
+    ("sweep.yaml", b"", "holds no sweep (empty, or damaged)"),
+])
+def test_a_damaged_sweep_file_is_one_line_for_every_command(finished, tmp_path, capsys, name, content, says):
+    sweep = damaged_copy(finished, tmp_path, "sweep", name, content)
+    for command in (["report", str(sweep)], ["sweep", "configs/retrieval.yaml", "--out", str(sweep), *TINY,
+                                               "sweep.seeds=[0]"]):
+        assert says in one_line_error(capsys, *command)
+    line = one_line_error(capsys, "sweep", "--status", str(sweep))
+    assert "sweep.yaml" in line
+
+
+@pytest.mark.parametrize("case", ["binary results", "no status", "null summary", "binary metrics"])
+def test_damaged_records_are_runs_not_recorded_and_the_sweep_records_them_again(finished, tmp_path, capsys, case):
+    from modformer.cli import main
+    from modformer.sweep.runner import read_results
+
+    name, content = {
+        "binary results": ("results.jsonl", bytes(range(256))),
+        "no status": ("results.jsonl", first_result(finished, lambda r: r.pop("status"))),
+        "null summary": ("results.jsonl", first_result(finished, lambda r: r.update(summary=None))),
+        "binary metrics": ("runs/standard/default/seed0/metrics.jsonl", bytes(range(256))),
+    }[case]
+    sweep = damaged_copy(finished, tmp_path, "sweep", name, content)
+    assert main(["sweep", "--status", str(sweep)]) == 0
+    assert main(["sweep", "configs/retrieval.yaml", "--out", str(sweep), *TINY, "sweep.seeds=[0]"]) == 0
+    assert read_results(sweep)["standard/default/seed0"]["status"] == "done"
+    assert main(["report", str(sweep)]) == 0 and "| standard |" in (sweep / "report.md").read_text()
+
+
+@pytest.mark.parametrize("name, content, says", [
+    ("config.yaml", bytes(range(256)), "is unreadable (UnicodeDecodeError)"),
+    ("run.json", b"[1", "run.json is unreadable"),
+    ("metrics.jsonl", None, "metrics.jsonl: Is a directory"),
+])
+def test_a_damaged_run_folder_is_not_resumed(finished, tmp_path, capsys, name, content, says):
+    run = damaged_copy(finished, tmp_path, "run", name, content)
+    assert says in one_line_error(capsys, "train", "configs/retrieval.yaml", "--out", str(run), *TINY, "--resume")
+
+
+def test_a_sweep_into_a_run_folder_is_refused(finished, tmp_path, capsys):
+    import shutil
+
+    shutil.copytree(finished / "run", tmp_path / "run")
+    line = one_line_error(capsys, "sweep", "configs/retrieval.yaml", "--out", str(tmp_path / "run"), *TINY,
+                         "sweep.seeds=[0]")
+    assert "is a run's folder" in line and not (tmp_path / "run" / "sweep.yaml").exists()
+
+
+def test_a_record_appended_after_a_torn_line_is_whole_and_later_lines_are_kept(tmp_path):
+    from modformer.files import durable_append
+    from modformer.train.records import read_records
+
+    path = tmp_path / "results.jsonl"
+    path.write_bytes(b'{"a": 1}\n{"torn": tr' + bytes(8) + b'\n{"b": 2}\n{"c": ')  # damage mid-file, torn at the end
+    durable_append(path, '{"d": 4}\n')
+    assert list(read_records(path)) == [{"a": 1}, {"b": 2}, {"d": 4}]

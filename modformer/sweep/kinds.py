@@ -108,7 +108,10 @@ def saved_sweep(sweep_dir: Path) -> dict[str, Any]:
         saved = yaml.safe_load(path.read_text())
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         raise ModformerError(f"cannot read {path} ({e.__class__.__name__})") from None
-    problem = records_format_problem(saved.get("format", 1) if isinstance(saved, dict) else None, sweep_dir)
+    if not isinstance(saved, dict) or not isinstance(saved.get("sweep"), dict):
+        raise ModformerError(f"{path} holds no sweep (empty, or damaged): the sweep file and command that made the "
+                             f"folder (its commands.txt) write it again")
+    problem = records_format_problem(saved.get("format", 1), sweep_dir)
     if problem:
         raise ModformerError(problem)
     return saved

@@ -34,7 +34,7 @@ from ..files import atomic_write_text, durable_append, reserve
 from ..lock import take_lock
 from ..train.records import read_records
 from ..version import RECORDS_FORMAT
-from .kinds import check_format, python_command, read_summary, run_kind
+from .kinds import check_format, python_command, read_summary, run_kind, saved_sweep
 from .spec import RunSpec, Sweep
 
 IGNORED_WHEN_RESUMING = {"workers", "launcher", "slurm", "paper"}  # sweep keys that may change between invocations
@@ -66,10 +66,16 @@ def extends(old: dict[str, Any], new: dict[str, Any]) -> bool:
 
 
 def read_results(sweep_dir: Path) -> dict[str, dict[str, Any]]:
-    """run id -> its latest record in results.jsonl (a folder of another records format refused)."""
+    """run id -> its latest record in results.jsonl (a folder of another records format refused).
+    A line that is no record of a run's outcome (no run id, no status, a "done" without its
+    summary: damaged) is left out, and its run counts as not recorded: the sweep records it
+    again from its summary, or runs it."""
     check_format(sweep_dir)
     path = Path(sweep_dir) / "results.jsonl"
-    return {r["run_id"]: r for r in read_records(path)} if path.exists() else {}
+    if not path.exists():
+        return {}
+    return {r["run_id"]: r for r in read_records(path) if isinstance(r.get("run_id"), str) and (
+        r.get("status") == "failed" or r.get("status") == "done" and isinstance(r.get("summary"), dict))}
 
 
 def run_config(sweep_dir: Path, record: dict[str, Any]) -> dict[str, Any] | None:
@@ -103,8 +109,7 @@ class SweepRunner:
         saved = self.out / "sweep.yaml"
         mine = self.sweep.to_dict()
         if saved.exists():
-            old = yaml.safe_load(saved.read_text()) or {}
-            check_format(self.out)
+            old = saved_sweep(self.out)  # one line where it cannot be read, or is of another format
             old.pop("format", None)  # the records' format, not the sweep's
 
             def strip(d: dict[str, Any]) -> dict[str, Any]:  # what resuming ignores
@@ -114,6 +119,9 @@ class SweepRunner:
                 raise ModformerError(f"{self.out} holds a different sweep (compare {saved}); use another "
                                      f"--out, or the same sweep file and overrides (more variants, seeds "
                                      f"or values of the same grid axes may be added)")
+        elif (self.out / "config.yaml").exists() or (self.out / "metrics.jsonl").exists():
+            raise ModformerError(f"{self.out} is a run's folder (config.yaml, metrics.jsonl), not a sweep's: give "
+                                 f"the sweep its own --out")
         try:
             self.out.mkdir(parents=True, exist_ok=True)
         except OSError as e:

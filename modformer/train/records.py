@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from ..errors import ModformerError
 from ..files import atomic_write_text, fsync_file, naming
 from .tracking import Tracker, scalars
 
@@ -78,12 +79,20 @@ class NullMetricsLog(MetricsLog):
 
 
 def read_records(path: Path) -> Iterator[dict[str, Any]]:
-    """Records of a metrics file; a torn last line (a run killed mid-write) is skipped."""
-    with open(path) as f:
+    """Records of a JSON-lines file, in order. A line that is no JSON object (torn by a kill
+    mid-write; bytes a failing disk damaged or zero-filled) is skipped, and the whole lines
+    around it kept. A path that is not a readable file is one ModformerError naming it."""
+    try:
+        f = open(path, encoding="utf-8", errors="replace")
+    except (IsADirectoryError, PermissionError) as e:
+        raise ModformerError(f"cannot read {path}: {e.strerror or e.__class__.__name__}") from None
+    with f:
         for line in f:
             line = line.strip()
             if line:
                 try:
-                    yield json.loads(line)
+                    record = json.loads(line)
                 except json.JSONDecodeError:
                     continue
+                if isinstance(record, dict):
+                    yield record

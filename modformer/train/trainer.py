@@ -154,6 +154,8 @@ class Trainer(TrainingLoop):
     def _check_same_config(self, saved: Path) -> None:
         try:
             old = config_from_dict(yaml.safe_load(saved.read_text()))
+        except (OSError, UnicodeDecodeError) as e:
+            raise ModformerError(f"cannot resume: the saved {saved} is unreadable ({e.__class__.__name__})") from None
         except (ConfigError, yaml.YAMLError) as e:
             raise ModformerError(f"cannot resume: the saved {saved} is unreadable ({e})") from None
         before, after = flatten(old.to_dict()), flatten(self.cfg.to_dict())
