@@ -4,10 +4,16 @@ Tensors are stored under `model.<param>`, `optim.<param>.<state key>` and `rng.<
 everything else (step, config, optimizer hyperparameters, schedule) is JSON in the
 safetensors metadata. Nothing is unpickled on load, so a checkpoint from anywhere is safe
 to open; one that is not ours is refused with a message saying so.
+
+safetensors carries no checksum, and bytes a failing disk changed inside the tensor data
+(the header and size intact) load as other numbers: the metadata holds `sha256`, a digest of
+every tensor's name, dtype, shape and bytes, which `read_checkpoint` checks (a checkpoint
+written before it was added has none, and is read unchecked).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass
@@ -86,6 +92,16 @@ def restore_rng(rng: dict[str, torch.Tensor]) -> None:
             torch.cuda.set_rng_state_all(states)
 
 
+def digest(tensors: dict[str, torch.Tensor]) -> str:
+    """sha256 of every tensor's name, dtype, shape and bytes, in name order."""
+    h = hashlib.sha256()
+    for key in sorted(tensors):
+        t = tensors[key].detach().cpu().contiguous()
+        h.update(f"{key}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy())
+    return h.hexdigest()
+
+
 def save_checkpoint(path: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer | None,
                     meta: dict[str, Any]) -> None:
     names = {p: n for n, p in model.named_parameters()}
@@ -99,7 +115,7 @@ def save_checkpoint(path: Path, step: int, model: nn.Module, optimizer: torch.op
     if optimizer is not None:
         tensors.update({f"optim.{k}": v for k, v in optimizer_tensors(optimizer, names).items()})
     tensors.update(rng_tensors())
-    metadata = {"format": FORMAT, "format_version": FORMAT_VERSION, "step": str(step),
+    metadata = {"format": FORMAT, "format_version": FORMAT_VERSION, "step": str(step), "sha256": digest(tensors),
                 **{k: json.dumps(v) for k, v in meta.items()}}
     try:
         atomic_write(path, lambda tmp: save_file(tensors, str(tmp), metadata=metadata))
@@ -126,8 +142,12 @@ def read_checkpoint(path: Path) -> Checkpoint:
     if metadata.get("format_version") != FORMAT_VERSION:
         raise CheckpointError(f"{path} has checkpoint format version {metadata.get('format_version')}, "
                               f"this modformer reads version {FORMAT_VERSION}")
+    if "sha256" in metadata and digest(tensors) != metadata["sha256"]:
+        raise CheckpointError(f"checkpoint {path} is damaged: its tensors do not match the checksum written with "
+                              f"them")
     try:
-        meta = {k: json.loads(v) for k, v in metadata.items() if k not in ("format", "format_version", "step")}
+        meta = {k: json.loads(v) for k, v in metadata.items()
+                if k not in ("format", "format_version", "step", "sha256")}
         step = int(metadata["step"])
     except (KeyError, ValueError) as e:
         raise CheckpointError(f"checkpoint {path} has damaged metadata ({e.__class__.__name__})") from None

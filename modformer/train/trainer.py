@@ -36,7 +36,8 @@ from ..variants import build_model
 from ..variants.base import run_label
 from ..version import RECORDS_FORMAT, code_version, machine, records_format_problem
 from .budget import trained
-from .checkpoint import checkpoint_path, list_checkpoints, load_model_state, read_checkpoint, save_checkpoint
+from .checkpoint import (Checkpoint, checkpoint_path, list_checkpoints, load_model_state, read_checkpoint,
+                         save_checkpoint)
 from .distributed import init_world
 from .loop import TrainingLoop, resolve_device
 from .mfu import utilisation
@@ -193,11 +194,7 @@ class Trainer(TrainingLoop):
             self.echo(f"no checkpoint in {self.ckpt_dir}; starting from step 0")
             self.metrics.keep(lambda r: False)  # whatever a killed run logged is redone
             return 0
-        step, path = found[-1]
-        try:
-            ckpt = read_checkpoint(path)
-        except CheckpointError as e:
-            raise CheckpointError(f"{e}; {self._fallback(found[:-1], path)}") from None
+        ckpt, step, path = self._latest_intact(found)
         if ckpt.step != step:
             raise CheckpointError(f"{path} is named for step {step} but holds step {ckpt.step}")
         self.restore(ckpt, path)
@@ -223,18 +220,24 @@ class Trainer(TrainingLoop):
         finished run's test score (recomputed at the end)."""
         return record.get("step", 0) <= step and record.get("split") != "test"
 
-    @staticmethod
-    def _fallback(earlier: list[tuple[int, Path]], damaged: Path) -> str:
-        """What to do when the latest checkpoint cannot be read: the newest earlier one that
-        can, and how to resume from it (nothing is deleted for the user)."""
-        for step, path in reversed(earlier):
+    def _latest_intact(self, found: list[tuple[int, Path]]) -> tuple[Checkpoint, int, Path]:
+        """The newest checkpoint that reads back intact (its checksum matches), as (checkpoint,
+        step, path). A damaged newer one is moved aside as `<name>.damaged` (kept, never
+        deleted), saying so; with none intact, one line and nothing moved."""
+        damaged = []
+        for step, path in reversed(found):
             try:
-                read_checkpoint(path)
-            except CheckpointError:
+                ckpt = read_checkpoint(path)
+            except CheckpointError as e:
+                damaged.append((path, e))
                 continue
-            return (f"the previous checkpoint {path.name} (step {step}) is intact: move the damaged one aside "
-                    f"(mv {damaged} {damaged}.damaged) and run the same command again to resume from step {step}")
-        return "no earlier checkpoint is readable: move the damaged one aside to start the run again from step 0"
+            for bad, why in damaged:  # the newer ones, which a resume would otherwise read again
+                bad.rename(bad.with_name(bad.name + ".damaged"))
+                self.echo(f"{why}; moved aside to {bad.name}.damaged, and the run resumes from the previous intact "
+                          f"checkpoint, {path.name} (step {step})")
+            return ckpt, step, path
+        raise CheckpointError(f"{damaged[0][1]}; no earlier checkpoint is intact: move the damaged one(s) aside to "
+                              f"start the run again from step 0")
 
     # -- the loop --------------------------------------------------------------------------
     def _setup(self) -> int:
