@@ -141,7 +141,7 @@ def evaluate_run(path: str | Path, *overrides: str) -> dict[str, Any]:
 def sweep(config_path: str | Path, out: str | Path, *overrides: str, workers: int | None = None,
           launcher: str | None = None, slurm: Mapping[str, Any] | None = None, wait: bool = False,
           profiles: Sequence[str] = (), echo: Callable[[str], None] | None = None,
-          command: Sequence[str] | None = None) -> Path | None:
+          command: Sequence[str] | None = None, amend: str | None = None) -> Path | None:
     """Run (or continue) the sweep of a config with a `sweep` section into `out`, as
     `modformer sweep`: each run trains in its own process, and finished runs are not
     trained again.
@@ -161,6 +161,9 @@ def sweep(config_path: str | Path, out: str | Path, *overrides: str, workers: in
         command: the command line recorded as the one that started the sweep (commands.txt,
             the report's Reproduce section); by default the equivalent `modformer sweep`
             command.
+        amend: why the sweep's plan changes (more arms, seeds or grid values, another metric),
+            recorded as an amendment in plan.yaml (modformer/sweep/plan.py); a change without
+            it is refused.
 
     Returns:
         The path of the sweep's Markdown report (report.md in `out`); None where launcher slurm
@@ -176,8 +179,8 @@ def sweep(config_path: str | Path, out: str | Path, *overrides: str, workers: in
     spec.spec.__post_init__()
     if command is None:
         command = _sweep_command(config_path, out, overrides, workers=workers, launcher=launcher, slurm=slurm,
-                                 wait=wait, profiles=profiles)
-    runner = SweepRunner(spec, Path(out), echo=echo, command=command)
+                                 wait=wait, profiles=profiles, amend=amend)
+    runner = SweepRunner(spec, Path(out), echo=echo, command=command, amend=amend)
     if spec.spec.launcher == "slurm":
         if SlurmLauncher(runner, wait=wait).launch() is None:
             return None
@@ -192,7 +195,7 @@ def sweep(config_path: str | Path, out: str | Path, *overrides: str, workers: in
 
 def _sweep_command(config_path: str | Path, out: str | Path, overrides: Sequence[str], *, workers: int | None,
                    launcher: str | None, slurm: Mapping[str, Any] | None, wait: bool,
-                   profiles: Sequence[str]) -> list[str]:
+                   profiles: Sequence[str], amend: str | None = None) -> list[str]:
     """The `modformer sweep` command that runs what `sweep(...)` was called with: keys of
     `slurm` as overrides of sweep.slurm (JSON values, which YAML reads back as they were),
     after the caller's overrides, as `sweep` applies them after."""
@@ -206,4 +209,6 @@ def _sweep_command(config_path: str | Path, out: str | Path, overrides: Sequence
         command += ["--launcher", launcher]
     if wait:
         command.append("--wait")
+    if amend is not None:
+        command += ["--amend", amend]
     return [*command, "--out", str(out)]

@@ -108,7 +108,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path("runs") / "sweeps" / name
     slurm = {key: getattr(args, key) for key in SLURM_OPTIONS if getattr(args, key) is not None}
     path = api.sweep(args.config, out, *args.overrides, workers=args.workers, launcher=args.launcher,
-                     slurm=slurm, wait=args.wait, profiles=args.profile, command=args.command)
+                     slurm=slurm, wait=args.wait, profiles=args.profile, command=args.command, amend=args.amend)
     if path is None:  # submitted to Slurm, not followed
         print(f"submitted: {out}")
         return 0
@@ -299,6 +299,9 @@ def sweep_arguments(p: argparse.ArgumentParser) -> None:
                         "budget or scale, e.g. budget, paper) before the overrides; repeatable")
     p.add_argument("--out", help="sweep directory (default: runs/sweeps/<config name>[-<profile>])")
     p.add_argument("--workers", type=int, help="runs at once (overrides sweep.workers)")
+    p.add_argument("--amend", metavar="REASON", help="why this command changes the sweep's plan (more arms, seeds or "
+                                                    "grid values, another metric): recorded in the folder's plan.yaml "
+                                                    "and shown in its report; without it a change is refused")
     p.add_argument("--status", metavar="DIR", help="say which runs of the sweep in DIR are done, queued, running, "
                                                    "unknown (Slurm cannot say), failed or cancelled, and stop")
     p.add_argument("--launcher", choices=LAUNCHERS, help="local (default) or slurm: submit the unfinished runs "

@@ -71,3 +71,17 @@ def test_its_placements_run_as_a_sweeps_arms_with_its_section(env, tmp_path):
         row = next(line for line in report.splitlines() if line.startswith(f"| {arm} | "))
         assert placement in row and "of 2 (" in row, row
     assert "## Deconstructing Attention" in done.stdout  # printed on the terminal too
+
+
+def test_its_committed_results_are_rebuilt_by_their_commands(env):
+    """results/decon_attention's sweep, whose paper is this plugin: its commands.txt, resolved
+    now with the plugin installed, builds exactly each run's recorded config (the check
+    tests/test_results_commands.py makes of every other folder)."""
+    from test_results_commands import PLUGIN_FOLDERS
+
+    folder = ROOT / "results" / "decon_attention" / "retrieval_placements"
+    assert folder in PLUGIN_FOLDERS
+    check = ("import sys; sys.path.insert(0, 'tests'); from pathlib import Path; import test_results_commands as t; "
+             f"t.check_commands(Path({str(folder)!r})); print('rebuilt')")
+    done = subprocess.run([sys.executable, "-c", check], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "rebuilt", done.stderr

@@ -135,7 +135,8 @@ def test_a_sweep_grows_in_its_folder_and_trains_only_its_new_runs(tmp_path):
     append_result(out, {**runner.base_record(run), "status": "done", "summary": {}})  # as if trained
     grown = {**small, "sweep": {**small["sweep"], "variants": ["standard", "mixit"], "seeds": [0, 1],
                                 "grid": {"train.steps": [6, 12]}}}
-    runs, todo = SweepRunner(load_sweep(write(tmp_path, grown)), out, echo=lambda m: None).pending()
+    runs, todo = SweepRunner(load_sweep(write(tmp_path, grown)), out, echo=lambda m: None,
+                             amend="a budget curve extended in place").pending()
     assert len(runs) == 8 and [r.run_id for r in runs if r not in todo] == [run.run_id]
     assert yaml.safe_load((out / "sweep.yaml").read_text())["sweep"]["seeds"] == [0, 1]
     for changed in ({**grown, "model": {**grown["model"], "d_model": 64}},  # the runs themselves change
@@ -432,3 +433,30 @@ def test_a_value_or_variant_named_twice_is_refused_before_any_run(tmp_path, over
     """Twice the same value would train one run folder twice (issue 51)."""
     with pytest.raises(ConfigError, match=re.escape(message)):
         load_sweep(write(tmp_path, SWEEP), [override])
+
+
+def test_a_sweeps_plan_is_fixed_at_its_first_launch_and_each_change_is_an_amendment(tmp_path, capsys):
+    """The plan (arms, grid, seeds, metric) is recorded with the code version at the first
+    launch; growing it later is refused without a reason, and with one is recorded and shown
+    in the report; a folder whose runs predate plans says so."""
+    from modformer.sweep.plan import read_plan
+
+    out = tmp_path / "out"
+    first = {**SWEEP, "sweep": {**SWEEP["sweep"], "variants": ["standard"], "seeds": [0], "grid": {"train.lr": [0.01]}}}
+    SweepRunner(load_sweep(write(tmp_path, first)), out, echo=lambda m: None).run()
+    plan = read_plan(out)
+    assert plan["plan"]["seeds"] == [0] and plan["code_version"] and plan["amendments"] == []
+    grown = {**first, "sweep": {**first["sweep"], "seeds": [0, 1]}}
+    with pytest.raises(ModformerError, match=r"changes the sweep's plan \(seeds: \[0\] -> \[0, 1\]\).*--amend REASON"):
+        SweepRunner(load_sweep(write(tmp_path, grown)), out, echo=lambda m: None).run()
+    assert read_plan(out) == plan and len(read_results(out)) == 1  # nothing ran, nothing recorded
+    SweepRunner(load_sweep(write(tmp_path, grown)), out, echo=lambda m: None, amend="a second seed, fixed now").run()
+    (amendment,) = read_plan(out)["amendments"]
+    assert amendment["changed"] == ["seeds: [0] -> [0, 1]"] and amendment["reason"] == "a second seed, fixed now"
+    with pytest.raises(ModformerError, match="changes nothing of the plan"):
+        SweepRunner(load_sweep(write(tmp_path, grown)), out, echo=lambda m: None, amend="again").run()
+    report = write_report(out).read_text()
+    assert f"Plan (plan.yaml): fixed {plan['fixed']}" in report
+    assert "Amendment 1 (" in report and "seeds: [0] -> [0, 1]. Why: a second seed, fixed now" in report
+    (out / "plan.yaml").unlink()  # as in a folder made before plans were recorded
+    assert "Plan: none recorded (these runs were made before" in write_report(out).read_text()

@@ -91,7 +91,7 @@ def test_an_arm_added_trains_alone_and_an_arm_changed_is_another_sweep(tmp_path)
     SweepRunner(load_sweep(write(tmp_path, first)), out, echo=lambda m: None).run()
     log = []
     grown = {"standard": {}, "frozen_qk_top_standard": ARMS["frozen_qk_top_standard"]}
-    SweepRunner(load_sweep(write(tmp_path, grown)), out, echo=log.append).run()
+    SweepRunner(load_sweep(write(tmp_path, grown)), out, echo=log.append, amend="a hybrid arm added").run()
     assert any("1 already finished, 1 to run" in m for m in log)
     changed = {**grown, "frozen_qk_top_standard": {"variant": "frozen_qk", "model.layers": {0: "standard"}}}
     with pytest.raises(ModformerError, match="different sweep"):

@@ -24,6 +24,7 @@ from .budget_plot import plot_budget
 from .kinds import kind_in
 from .runner import read_results, run_config
 from .sections import PRINTED, SECTIONS, papers_of
+from .plan import plan_lines
 from ..stats import metric_bounds, summarize
 from ..tasks.base import TaskConfig
 
@@ -150,6 +151,7 @@ def write_report(sweep_dir: str | Path) -> Path:
     lines += [f"Each variant's setting is chosen by the mean validation {metric} ({mode}) over seeds; the test "
               f"set is reported only for that setting. Cells: mean ± std [95% t interval] over seeds "
               f"(intervals clipped to the metric's range: [0, 1] for accuracies, >= 0 for losses).", ""]
+    lines += plan_lines(sweep_dir)
     if len(sw["seeds"]) < 3:
         lines += [f"**Warning: {len(sw['seeds'])} seed(s); at least 3 are needed for the intervals to mean much.**", ""]
     if failed:

@@ -35,6 +35,7 @@ from ..lock import take_lock
 from ..train.records import read_records
 from ..version import RECORDS_FORMAT
 from .kinds import check_format, python_command, read_summary, run_kind, saved_sweep
+from .plan import amend_plan, check_plan, fix_plan
 from .spec import RunSpec, Sweep
 
 IGNORED_WHEN_RESUMING = {"workers", "launcher", "slurm", "paper"}  # sweep keys that may change between invocations
@@ -91,8 +92,10 @@ def _raise_keyboard_interrupt(signum, frame):
 
 class SweepRunner:
     def __init__(self, sweep: Sweep, out: str | Path, *, echo: Callable[[str], None] | None = None,
-                 command: Sequence[str] | None = None):
+                 command: Sequence[str] | None = None, amend: str | None = None):
         self.sweep = sweep
+        self.amend = amend  # why this start changes the sweep's plan (modformer/sweep/plan.py)
+        self._amended = False
         self.out = Path(out)
         # The command recorded in commands.txt as the one that (re)started the sweep; by
         # default, the one that continues it from its resolved sweep.yaml.
@@ -119,6 +122,10 @@ class SweepRunner:
                 raise ModformerError(f"{self.out} holds a different sweep (compare {saved}); use another "
                                      f"--out, or the same sweep file and overrides (more variants, seeds "
                                      f"or values of the same grid axes may be added)")
+            amended = check_plan(self.out, old["sweep"], mine["sweep"], None if self._amended else self.amend)
+            if self.amend and not amended and not self._amended:
+                raise ModformerError(f"--amend: this command changes nothing of the plan of {self.out}; leave --amend "
+                                     f"out")
         elif (self.out / "config.yaml").exists() or (self.out / "metrics.jsonl").exists():
             raise ModformerError(f"{self.out} is a run's folder (config.yaml, metrics.jsonl), not a sweep's: give "
                                  f"the sweep its own --out")
@@ -126,7 +133,14 @@ class SweepRunner:
             self.out.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise ModformerError(f"cannot create sweep folder {self.out}: {e.strerror or e}") from None
+        first = not saved.exists()
         atomic_write_text(saved, yaml.safe_dump({"format": RECORDS_FORMAT, **mine}, sort_keys=False))
+        if first:
+            fix_plan(self.out, mine["sweep"])
+        elif amended:
+            amend_plan(self.out, old["sweep"], mine["sweep"], self.amend, amended)
+            self._amended = True
+            self.echo(f"plan of {self.out} amended: {'; '.join(amended)}")
         durable_append(self.out / "commands.txt", shlex.join(self.command) + "\n")  # how it was (re)started
 
     def run_dir(self, run: RunSpec) -> Path:
