@@ -119,7 +119,7 @@ def plan_lines(folder: Path) -> list[str]:
         return ["Plan: none recorded (these runs were made before sweeps recorded their plans).", ""]
     fixed = (f"fixed {record['fixed']} by {record['code_version']}" if record.get("fixed")
              else "not recorded at the first runs (they predate recorded plans)")
-    lines = [f"Plan ({NAME}): {fixed}."]
+    lines = [f"Plan ({NAME}): {fixed}." + (f" Note: {record['note']}." if record.get("note") else "")]
     for i, a in enumerate(record.get("amendments") or [], 1):
         lines.append(f"Amendment {i} ({a['date']}, {a['code_version']}): {'; '.join(a['changed'])}. Why: {a['reason']}")
     return [*lines, ""]
