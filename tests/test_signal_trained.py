@@ -127,9 +127,9 @@ def test_a_sweep_folder_pools_its_finished_runs_by_setting(tiny_run, tmp_path):
     (sweep / "runs").mkdir(parents=True)
     (sweep / "runs" / "a").symlink_to(tiny_run)
     lines = [{"run_id": "std/seed0", "run_dir": "runs/a", "variant": "std", "point": {"model.n_layers": 2},
-              "seed": 0, "status": "done"},
+              "seed": 0, "status": "done", "summary": {}},
              {"run_id": "std/seed1", "run_dir": "runs/a", "variant": "std", "point": {"model.n_layers": 2},
-              "seed": 1, "status": "done"},
+              "seed": 1, "status": "done", "summary": {}},
              {"run_id": "std/seed2", "run_dir": "runs/missing", "variant": "std", "point": {}, "seed": 2,
               "status": "failed"}]  # not finished: not read
     (sweep / "results.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
@@ -172,5 +172,5 @@ def test_a_committed_run_without_checkpoints_is_refused(tmp_path):
     sweep = tmp_path / "sweep"
     (sweep / "runs" / "r").mkdir(parents=True)
     (sweep / "results.jsonl").write_text(json.dumps({"run_id": "r", "run_dir": "runs/r", "variant": "mixit",
-                                                     "point": {}, "seed": 0, "status": "done"}) + "\n")
+                                                     "point": {}, "seed": 0, "status": "done", "summary": {}}) + "\n")
     assert_clean_error(modformer("signal", "--runs", sweep), "run r has no checkpoints/")
