@@ -78,6 +78,7 @@ def test_a_grid_axis_naming_a_whole_section_is_one_line(tmp_path, capsys):
     assert "train: expected a mapping" in one_line_error(capsys, "sweep", sweep, "--out", str(tmp_path / "sw"))
 
 
+@pytest.mark.slow  # a sweep run twice
 def test_a_zero_filled_summary_is_an_unfinished_run_not_a_crash(tmp_path, capsys):
     """A failing disk leaves summary.json zero-filled and the sweep's "done" line unwritten:
     `--status` and the sweep read it as a run not yet done, and the sweep finishes it again

@@ -16,6 +16,8 @@ import yaml
 
 from test_paper_plugin import modformer
 
+pytestmark = pytest.mark.slow  # a pip install, and a sweep of 4 arms x 2 seeds, each run its own process: ~1 min
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "decon_attention"
 SMALL = ["train.steps=4", "train.eval_every=4", "train.checkpoint_every=4", "task.test_size=100",

@@ -40,6 +40,7 @@ def test_held_out_sets_too_large_for_the_task_are_refused():
         task(max_length=1, vocab_size=10, test_size=4, validation_size=1)
 
 
+@pytest.mark.slow  # 300 steps: ~10 s
 def test_a_small_model_learns_to_copy(tmp_path):
     """Width 64, 2 layers, 300 steps of 64: >= 95% exact copies (measured 98.3% and 99.0%, seeds
     0 and 1; 71% and 64% at 150 steps)."""

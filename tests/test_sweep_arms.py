@@ -64,6 +64,7 @@ def test_an_arm_that_cannot_run_is_refused_before_any_run(tmp_path, arms, grid, 
         load_sweep(write(tmp_path, arms, grid=grid))
 
 
+@pytest.mark.slow  # 4 tiny runs, each its own process: ~30 s
 def test_the_report_and_the_legends_name_each_arm_and_its_setting(tmp_path, monkeypatch):
     from modformer.sweep import report
 
@@ -85,6 +86,7 @@ def test_the_report_and_the_legends_name_each_arm_and_its_setting(tmp_path, monk
     assert all(re.fullmatch(r"\S+ \(train\.lr=0\.0?01\)", x) for x in legends)
 
 
+@pytest.mark.slow  # 2 tiny runs, each its own process
 def test_an_arm_added_trains_alone_and_an_arm_changed_is_another_sweep(tmp_path):
     out = tmp_path / "out"
     first = {"standard": {}}
@@ -104,6 +106,7 @@ def test_grid_values_that_train_the_same_model_are_refused(tmp_path):
         load_sweep(write(tmp_path, ["standard", "frozen_qk"], grid={"model.layers": [[], {-1: "standard"}]}))
 
 
+@pytest.mark.slow  # 2 tiny runs, each its own process
 def test_curve_where_selects_a_stack_as_the_grid_gave_it(tmp_path):
     from modformer.sweep.curve import curve_points
 
