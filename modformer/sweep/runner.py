@@ -317,8 +317,9 @@ def record_outcome(out: Path, base: dict[str, Any], code: int, log_path: Path,
                    echo: Callable[[str], None], describe: Callable[[dict[str, Any]], str],
                    started: Callable[[Path], str] = lambda run_dir: "") -> None:
     """Record how one run's command ended (exit status `code`): done with its summary, or
-    failed with the last line of its log (`describe`: the run kind's words on a summary). An
-    interrupted run (130) saved its checkpoint and is not recorded: started again, it continues."""
+    failed with the last line of its log (`describe`: the run kind's words on a summary;
+    `started`: its words on what a stopped run kept). An interrupted run (130) is not
+    recorded: started again, it continues from what it kept, or from the start."""
     run_id, run_dir = base["run_id"], Path(out) / base["run_dir"]
     # A summary is written last (plots drawn): with one, the run is done, whatever ended its
     # process then (a Ctrl-C, a kill just after).

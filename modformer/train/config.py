@@ -21,15 +21,16 @@ class LoopConfig:
     steps: int = option(1000, "optimizer steps")
     batch_size: int = option(64, "sequences per step")
     warmup_steps: int = option(100, "linear warmup steps from 0 to the peak")
-    schedule: Schedule = option("cosine", "after the warm-up, the decay from the peak to peak * min_lr_ratio at the last "
-                                     "step: cosine, or linear (the reference's trainer.py and trainer_classifier.py)")
+    schedule: Schedule = option(
+        "cosine", "after the warm-up, the decay from the peak to peak * min_lr_ratio at the last step: cosine, or "
+                  "linear (the reference's trainer.py and trainer_classifier.py)")
     min_lr_ratio: float = option(0.1, "final learning rate as a fraction of the peak (end of the decay)")
     weight_decay: float = option(0.1, "AdamW decoupled weight decay on matrices (never on norms or biases)")
     betas: tuple[float, float] = option((0.9, 0.95), "AdamW betas")
     grad_clip: float = option(1.0, "clip the global gradient norm to this; 0 disables")
-    precision: Precision = option("fp32", "fp32; bf16 (autocast of matmuls; weights stay fp32); or auto: bf16 where the "
-                                    "device computes it natively, else fp32 (modformer/precision.py; summary.json "
-                                    "records the choice)")
+    precision: Precision = option(
+        "fp32", "fp32; bf16 (autocast of matmuls; weights stay fp32); or auto: bf16 where the device computes it "
+                "natively, else fp32 (modformer/precision.py; summary.json records the choice)")
     device: str = option("cpu", "cpu, cuda, or auto (cuda when available)")
     threads: int | None = option(None, "CPU threads for torch; null leaves torch's default")
     eval_every: int = option(100, "evaluate on the held-out set every this many steps (and at the end)")
