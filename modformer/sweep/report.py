@@ -143,6 +143,10 @@ def write_report(sweep_dir: str | Path) -> Path:
               f"training {', '.join(f'{k}={v}' for k, v in train.items()) or 'defaults'}.", ""]
     lines += [f"Variants: {', '.join(listed)}. Seeds: {_seeds_text(done, listed)}. The same grid for every variant: "
               + (", ".join(f"`{k}` in {v}" for k, v in sw["grid"].items()) or "no grid (one setting)") + ".", ""]
+    beyond = _beyond_grid(done, sw["grid"])
+    if beyond:
+        lines += ["Runs beyond that grid, from later commands (commands.txt): " + "; ".join(
+            f"`{k}={json.dumps(v)}` ({', '.join(vs)})" for (k, v), vs in beyond.items()) + ".", ""]
     if arms:
         lines += ["Arms: " + "; ".join(f"`{name}` = " + ", ".join(
             [str((given or {}).get("variant", name))]
@@ -260,6 +264,19 @@ def write_report(sweep_dir: str | Path) -> Path:
     path = sweep_dir / "report.md"
     atomic_write_text(path, "\n".join(lines))
     return path
+
+
+def _beyond_grid(done: list[dict[str, Any]], grid: dict[str, list]) -> dict[tuple[str, Any], list[str]]:
+    """(grid key, value) -> the variants with finished runs at a value the saved grid does not
+    list (a sweep grown by a command whose grid the saved sweep.yaml does not record)."""
+    found: dict[tuple[str, str], list[str]] = {}
+    for r in done:
+        for key, value in (r.get("point") or {}).items():
+            if value not in grid.get(key, []):
+                variants = found.setdefault((key, json.dumps(value)), [])
+                if r["variant"] not in variants:
+                    variants.append(r["variant"])
+    return {(k, json.loads(v)): vs for (k, v), vs in sorted(found.items(), key=lambda item: _sort_key(item[0][1]))}
 
 
 def _seeds_text(done: list[dict[str, Any]], variants: list[str]) -> str:
