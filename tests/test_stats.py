@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from modformer.stats import rate_interval, summarize, t95
+from modformer.stats import Summary, metric_bounds, rate_interval, summarize, t95
 
 SEEDS = [2, 3, 8, 40]
 
@@ -81,3 +81,25 @@ def test_a_success_rate_has_the_wilson_interval(k, n):
 def test_a_rate_needs_a_count_within_its_trials(k, n):
     with pytest.raises(ValueError, match="0 <= successes <= n"):
         rate_interval(k, n)
+
+
+@pytest.mark.parametrize("metric, bounds", [("accuracy", (0.0, 1.0)), ("token_accuracy", (0.0, 1.0)),
+                                            ("held_out_exact", (0.0, 1.0)), ("loss", (0.0, math.inf)),
+                                            ("perplexity", None), ("fit_error", None)])
+def test_a_metrics_range_comes_from_its_name(metric, bounds):
+    assert metric_bounds(metric) == bounds
+
+
+def test_an_interval_is_clipped_to_the_metrics_range_on_each_side_alone():
+    inside = Summary(3, 0.5, 0.05, 0.1)
+    assert inside.interval((0.0, 1.0)) == pytest.approx((0.4, 0.6))  # nothing to clip
+    assert Summary(3, 0.05, 0.1, 0.2).interval((0.0, 1.0)) == pytest.approx((0.0, 0.25))
+    assert Summary(3, 0.95, 0.1, 0.2).interval((0.0, 1.0)) == pytest.approx((0.75, 1.0))
+    assert inside.interval() == pytest.approx((0.4, 0.6))
+
+
+def test_two_values_have_an_interval_and_one_value_says_so():
+    assert summarize([0.4, 0.6]).format(2) == f"0.50 ± 0.14 [{0.5 - t95(1) * 0.1:.2f}, {0.5 + t95(1) * 0.1:.2f}]"
+    assert summarize([0.4]).format(2) == "0.40 (n=1)"
+    with pytest.raises(ValueError, match="^no values to summarize$"):
+        summarize([])
