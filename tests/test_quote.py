@@ -237,7 +237,8 @@ def test_a_figure_of_json_lines_records_is_one_line_or_a_ratio_of_two_each_line_
 @pytest.mark.parametrize("page", ["README.md", "results/random_attention/README.md", "docs/getting-started.md",
                                   "results/random_attention/LOG.md", "results/knowledge/LOG.md",
                                   "results/knowledge/README.md", "results/bench/README.md", "results/bench/LOG.md",
-                                  "results/llm_modules/README.md", "results/decon_attention/README.md"]
+                                  "results/llm_modules/README.md", "results/decon_attention/README.md",
+                                  "results/mutation/README.md"]
                          + sorted(p.relative_to(ROOT).as_posix() for p in ROOT.glob("results/*/*/README.md")
                                   if "<!--q " in p.read_text()))
 def test_the_committed_results_quote_their_records_exactly(page):
