@@ -204,6 +204,7 @@ def first_result(finished, change) -> bytes:
     return (json.dumps(record) + "\n").encode()
 
 
+@pytest.mark.slow  # a finished sweep and run to damage (module fixture)
 @pytest.mark.parametrize("name, content, says", [
     ("sweep.yaml", bytes(range(256)), "cannot read"),
     ("sweep.yaml", b"", "holds no sweep (empty, or damaged)"),
@@ -217,6 +218,7 @@ def test_a_damaged_sweep_file_is_one_line_for_every_command(finished, tmp_path, 
     assert "sweep.yaml" in line
 
 
+@pytest.mark.slow  # a finished sweep and run to damage (module fixture)
 @pytest.mark.parametrize("case", ["binary results", "no status", "null summary", "binary metrics"])
 def test_damaged_records_are_runs_not_recorded_and_the_sweep_records_them_again(finished, tmp_path, capsys, case):
     from modformer.cli import main
@@ -235,6 +237,7 @@ def test_damaged_records_are_runs_not_recorded_and_the_sweep_records_them_again(
     assert main(["report", str(sweep)]) == 0 and "| standard |" in (sweep / "report.md").read_text()
 
 
+@pytest.mark.slow  # a finished sweep and run to damage (module fixture)
 @pytest.mark.parametrize("name, content, says", [
     ("config.yaml", bytes(range(256)), "is unreadable (UnicodeDecodeError)"),
     ("run.json", b"[1", "run.json is unreadable"),
@@ -245,6 +248,7 @@ def test_a_damaged_run_folder_is_not_resumed(finished, tmp_path, capsys, name, c
     assert says in one_line_error(capsys, "train", "configs/retrieval.yaml", "--out", str(run), *TINY, "--resume")
 
 
+@pytest.mark.slow  # a finished sweep and run to damage (module fixture)
 def test_a_sweep_into_a_run_folder_is_refused(finished, tmp_path, capsys):
     import shutil
 

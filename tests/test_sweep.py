@@ -435,6 +435,7 @@ def test_a_value_or_variant_named_twice_is_refused_before_any_run(tmp_path, over
         load_sweep(write(tmp_path, SWEEP), [override])
 
 
+@pytest.mark.slow  # two tiny runs, each its own process
 def test_a_sweeps_plan_is_fixed_at_its_first_launch_and_each_change_is_an_amendment(tmp_path, capsys):
     """The plan (arms, grid, seeds, metric) is recorded with the code version at the first
     launch; growing it later is refused without a reason, and with one is recorded and shown
