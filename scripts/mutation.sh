@@ -19,6 +19,7 @@ if [ -n "$(git status --porcelain -- modformer tests)" ]; then
   echo "commit first: the scores name the commit they measured, and modformer/ or tests/ has changes" >&2; exit 2
 fi
 .venv/bin/python -c "import mutmut" 2>/dev/null || .venv/bin/python -m pip install -q "mutmut>=3.3,<4"
+version=$(.venv/bin/python -c "from modformer.version import code_version; print(code_version())")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 git archive HEAD | tar -x -C "$work"
@@ -31,16 +32,23 @@ paths_to_mutate = ["$module"]
 tests_dir = [${tests%, }]
 pytest_add_cli_args = ["-n", "0", "-p", "no:cacheprovider"]
 TOML
-(cd "$work" && .venv/bin/mutmut run >/dev/null 2>&1 || true
+(cd "$work" && .venv/bin/mutmut run >"$work/mutmut.log" 2>&1 || true
  .venv/bin/mutmut export-cicd-stats >/dev/null 2>&1
- .venv/bin/mutmut results 2>/dev/null | grep -v "no tests" || true)
-.venv/bin/python - "$work/mutants/mutmut-cicd-stats.json" "$module" "$@" <<'PY'
+ .venv/bin/mutmut results 2>/dev/null | grep -v "no tests\|not checked" || true)
+.venv/bin/python - "$work/mutants/mutmut-cicd-stats.json" "$version" "$module" "$@" <<'PY' || { tail -5 "$work/mutmut.log" >&2; exit 2; }
 import json, sys, time
 from pathlib import Path
-from modformer.version import code_version, machine
-stats = json.loads(Path(sys.argv[1]).read_text())
-record = {"date": time.strftime("%Y-%m-%d"), "code_version": code_version(), "machine": machine(),
-          "module": sys.argv[2], "tests": sys.argv[3:],
+from modformer.version import machine
+stats = json.loads(Path(sys.argv[1]).read_text()) if Path(sys.argv[1]).exists() else {}
+if not stats.get("killed", 0) + stats.get("survived", 0) + stats.get("no_tests", 0):
+    # mutmut checked nothing: its clean run failed, or the tests run the code in another process
+    # (a subprocess imports the installed package, not the mutated copy); nothing is recorded.
+    print(f"mutmut checked no mutant of {sys.argv[3]}: nothing recorded. Its clean run failed, or the tests run "
+          f"the module in another process; its log ends:", file=sys.stderr)
+    sys.exit(3)
+sys.argv = [sys.argv[0], *sys.argv[2:]]
+record = {"date": time.strftime("%Y-%m-%d"), "code_version": sys.argv[1], "machine": machine(),
+          "module": sys.argv[2], "tests": sys.argv[3:],  # argv: version, module, tests
           **{k: stats[k] for k in ("killed", "survived", "no_tests", "timeout", "total")}}
 with open("results/mutation/scores.jsonl", "a") as f:
     f.write(json.dumps(record) + "\n")
