@@ -62,16 +62,19 @@ def model_configs() -> dict[str, object]:
 
 def record_configs() -> dict[str, object]:
     """name -> RunConfig, one per distinct (model, task) section of the committed runs of
-    `train` sweeps (results/**/runs/**/config.yaml)."""
+    `train` sweeps (results/**/runs/**/config.yaml), but those of a paper plugin that is not
+    installed here (an example's, whose parts its own test installs)."""
     import yaml
 
     from modformer.config import load_config
     from modformer.configtools import to_dict
+    from modformer.installed_papers import PAPERS
 
     found: dict[str, object] = {}
     seen: set[str] = set()
     for sweep_file in sorted((ROOT / "results").rglob("sweep.yaml")):
-        if ((yaml.safe_load(sweep_file.read_text()) or {}).get("sweep") or {}).get("experiment", "train") != "train":
+        sweep = (yaml.safe_load(sweep_file.read_text()) or {}).get("sweep") or {}
+        if sweep.get("experiment", "train") != "train" or sweep.get("paper") not in (None, *PAPERS):
             continue
         for path in sorted((sweep_file.parent / "runs").rglob("config.yaml")):
             cfg = load_config(path)
