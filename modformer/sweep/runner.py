@@ -129,10 +129,7 @@ class SweepRunner:
         elif (self.out / "config.yaml").exists() or (self.out / "metrics.jsonl").exists():
             raise ModformerError(f"{self.out} is a run's folder (config.yaml, metrics.jsonl), not a sweep's: give "
                                  f"the sweep its own --out")
-        try:
-            self.out.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise ModformerError(f"cannot create sweep folder {self.out}: {e.strerror or e}") from None
+        self._create_folder()
         first = not saved.exists()
         atomic_write_text(saved, yaml.safe_dump({"format": RECORDS_FORMAT, **mine}, sort_keys=False))
         if first:
@@ -142,6 +139,12 @@ class SweepRunner:
             self._amended = True
             self.echo(f"plan of {self.out} amended: {'; '.join(amended)}")
         durable_append(self.out / "commands.txt", shlex.join(self.command) + "\n")  # how it was (re)started
+
+    def _create_folder(self) -> None:
+        try:
+            self.out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ModformerError(f"cannot create sweep folder {self.out}: {e.strerror or e}") from None
 
     def run_dir(self, run: RunSpec) -> Path:
         return self.out / "runs" / run.run_id
@@ -248,10 +251,7 @@ class SweepRunner:
         if not self._probed:  # every config checked, and the models probed, before the folder exists
             self.kind.check(self.sweep.runs(), self.run_dir)
             self._probed = True
-        try:
-            self.out.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise ModformerError(f"cannot create sweep folder {self.out}: {e.strerror or e}") from None
+        self._create_folder()
         with take_lock(self.out / "sweep.lock", wait=False,
                        busy="{path}: another sweep is running this folder ({holder}); let it finish, or follow it "
                             "with modformer sweep --status"):
