@@ -27,7 +27,6 @@ from .generate import generate_arguments
 from .migrate import migrate_arguments
 from .plugins import describe_papers
 from .knowledge.convert import convert
-from .model.part_options import BUILT_IN_SECTIONS
 from .registry import FFNS, MIXERS, TASKS, VARIANTS
 from .version import source_version
 from .sweep.curve import write_curve
@@ -161,9 +160,7 @@ def part_options_help(registry, name: str, key: str, given: dict | None = None) 
     lines = [f"{registry.key}={name} ({origin['import_path']}, {origin['version']})"]
     options = getattr(part, "Options", None)
     if options is None:
-        section = BUILT_IN_SECTIONS.get(name) if registry is MIXERS else None
-        return lines + [f"  its options are the keys of {section} (modformer train --help)" if section
-                        else "  takes no options"]
+        return lines + ["  takes no options"]
     rows = describe(options, key)
     if given:  # each option's value in this config, found by its path below `key` (nested options too)
         def this(k: str) -> str:

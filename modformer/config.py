@@ -41,6 +41,22 @@ class RunConfig:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
 
+# Sections of the model config since moved into their mixer's own options (2026-12-07, format 3).
+MOVED_SECTIONS = {"attention": "AttentionOptions", "mixing": "MixingOptions"}
+
+
+def _moved_sections(data: dict[str, Any]) -> None:
+    """`model.attention` and `model.mixing`, which older configs held, named with where their
+    keys are now: the mixer's own options."""
+    model = data.get("model")
+    moved = [key for key in MOVED_SECTIONS if isinstance(model, dict) and key in model]
+    if moved:
+        key = moved[0]
+        raise ConfigError(f"model.{key} is gone: the {key} mixer's options ({MOVED_SECTIONS[key]}) are "
+                          f"model.mixer_options now, as every part's (e.g. model.mixer_options.causal=false), or a "
+                          f"layer's own in model.layers; a folder an older modformer wrote: modformer migrate DIR")
+
+
 def _variant_mixer(data: dict[str, Any]) -> None:
     """The mixer a variant builds with, against the one the config asks for:
     - a variant that is about one mixer (MixiT: `mixing`; Frozen-QK: `attention`, whose Q and
@@ -108,6 +124,7 @@ def config_from_dict(data: dict[str, Any] | None) -> RunConfig:
     for section in ("model", "task", "train"):
         if section in data and data[section] is None:  # would silently mean every default
             raise ConfigError(f"{section}: null; give it keys, or leave the section out for its defaults")
+    _moved_sections(data)
     _variant_mixer(data)
     apply_construction(data)
     task_data = data.pop("task", None) or {}

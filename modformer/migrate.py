@@ -35,6 +35,7 @@ import yaml
 
 from .errors import ModformerError
 from .files import atomic_write_text
+from .migrate_options import command_sections, config_sections, renamed_key, renamed_point, sweep_sections
 from .registry import VARIANTS
 from .version import RECORDS_FORMAT
 
@@ -160,9 +161,9 @@ def rename_override(words: list[str], old: str, new: str) -> list[str]:
     return changed
 
 
-CONFIG += [_task_name, _variant_mixer]
-COMMAND += [_command_task_names]
-SWEEP += [_sweep_kind, _sweep_task_names]
+CONFIG += [_task_name, _variant_mixer, config_sections]
+COMMAND += [_command_task_names, command_sections]
+SWEEP += [_sweep_kind, _sweep_task_names, sweep_sections]
 SUMMARY += [_summary_model, _summary_task, _summary_flops_of]
 
 
@@ -258,6 +259,42 @@ def _commands(path: Path, done: Migrated) -> None:
         done.changes[str(path.relative_to(done.folder))] = changed
 
 
+def _rename_points(folder: Path, records: list[dict[str, Any]], done: Migrated) -> bool:
+    """Grid points named by a former key (`renamed_point`): their run, log and config folders
+    moved to today's name, and the records naming them (results.jsonl, each run's recorded
+    commands) rewritten; a folder already moved is left (a migration stopped midway
+    completes). True where results.jsonl's records changed."""
+    moved: dict[str, str] = {}
+    for kind in ("runs", "logs", "configs"):
+        for arm in sorted(p for p in (folder / kind).iterdir() if p.is_dir()) if (folder / kind).is_dir() else []:
+            for point in sorted(p for p in arm.iterdir() if p.is_dir()):
+                new = renamed_point(point.name)
+                if new != point.name and not (arm / new).exists():
+                    point.rename(arm / new)
+                    moved[point.name] = new
+                    done.changes.setdefault(f"{kind}/{arm.name}", []).append(f"{point.name} -> {new}")
+    for info in (folder / "runs").rglob("run.json") if moved and (folder / "runs").is_dir() else []:
+        text = info.read_text()
+        rewritten = text
+        for old, new in moved.items():
+            rewritten = rewritten.replace(f"/{old}/", f"/{new}/")
+        if rewritten != text:
+            atomic_write_text(info, rewritten)
+            done.changes.setdefault(str(info.relative_to(folder)), []).append("recorded commands: grid point renamed")
+    changed = False
+    for record in records:
+        for name in ("run_id", "run_dir"):
+            value = record.get(name)
+            if isinstance(value, str):
+                today = "/".join(renamed_point(part) for part in value.split("/"))
+                if today != value:
+                    record[name], changed = today, True
+        point = record.get("point")
+        if isinstance(point, dict) and any(renamed_key(k) != k for k in point):
+            record["point"], changed = {renamed_key(k): v for k, v in point.items()}, True
+    return changed
+
+
 def _sweep_folder(folder: Path, done: Migrated) -> None:
     saved = _read_yaml(folder / "sweep.yaml")
     if not isinstance(saved, dict):
@@ -269,6 +306,7 @@ def _sweep_folder(folder: Path, done: Migrated) -> None:
         from .train.records import read_records
 
         records = list(read_records(results))
+    points_moved = _rename_points(folder, records, done)
     for path in sorted((folder / "configs").rglob("*.yaml")) if (folder / "configs").is_dir() else []:
         _config_file(path, False, done)  # the config each run was last started with
     configs: dict[str, Any] = {}  # run folder (relative) -> its config.yaml as migrated
@@ -279,9 +317,9 @@ def _sweep_folder(folder: Path, done: Migrated) -> None:
         summary = record.get("summary")
         if isinstance(summary, dict):
             rewritten += _summary(summary, configs.get(record.get("run_dir", f"runs/{record.get('run_id')}")))
-    if rewritten:
+    if rewritten or points_moved:
         atomic_write_text(results, "".join(json.dumps(r) + "\n" for r in records))
-        done.changes["results.jsonl"] = rewritten
+        done.changes["results.jsonl"] = rewritten + (["grid points renamed"] if points_moved else [])
     _commands(folder / "commands.txt", done)
     if changed or saved.get("format") != FORMAT:  # the stamp last: a folder stopped midway is not yet today's
         saved = {"format": FORMAT, **{k: v for k, v in saved.items() if k != "format"}}

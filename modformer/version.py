@@ -17,9 +17,10 @@ RECORDS = "results"
 
 
 # The format of the records a sweep and a run write (sweep.yaml's and run.json's `format`):
-# records without it were written before 2026-12-06 (format 1); `modformer migrate DIR` brings
-# them up to date (modformer/migrate.py).
-RECORDS_FORMAT = 2
+# records without it were written before 2026-12-06 (format 1); format 2 (to 2026-12-07) kept
+# the built-in mixers' options in the sections model.attention and model.mixing (now each
+# mixer's own options); `modformer migrate DIR` brings them up to date (modformer/migrate.py).
+RECORDS_FORMAT = 3
 
 
 def records_format_problem(written: object, folder: object) -> str | None:

@@ -19,6 +19,7 @@ from modformer.errors import ModformerError
 from modformer.files import durable_append
 from modformer.sweep.spec import point_names
 from modformer.train.records import read_records
+from modformer.version import RECORDS_FORMAT
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-2 ** 80, 2 ** 80), st.floats(allow_nan=True),
@@ -128,7 +129,7 @@ def test_a_quote_spec_renders_or_is_refused_in_words(tmp_path_factory, words):
 
     root = tmp_path_factory.mktemp("quote")
     (root / "sweep").mkdir()
-    (root / "sweep" / "sweep.yaml").write_text("format: 2\nsweep: {variants: [standard], grid: {}, seeds: [0]}\n")
+    (root / "sweep" / "sweep.yaml").write_text(f"format: {RECORDS_FORMAT}\n" "sweep: {variants: [standard], grid: {}, seeds: [0]}\n")
     record = {"run_id": "standard/default/seed0", "run_dir": "runs/x", "variant": "standard", "point": {}, "seed": 0,
               "status": "done", "summary": {"test": {"accuracy": 0.5}}}
     (root / "sweep" / "results.jsonl").write_text(json.dumps(record) + "\n")
@@ -146,7 +147,7 @@ def test_the_quote_fixture_renders_a_well_formed_spec(tmp_path, spec, want):
     from modformer.sweep.quote import Records, render
 
     (tmp_path / "sweep").mkdir()
-    (tmp_path / "sweep" / "sweep.yaml").write_text("format: 2\nsweep: {variants: [standard], grid: {}, seeds: [0]}\n")
+    (tmp_path / "sweep" / "sweep.yaml").write_text(f"format: {RECORDS_FORMAT}\n" "sweep: {variants: [standard], grid: {}, seeds: [0]}\n")
     record = {"run_id": "standard/default/seed0", "run_dir": "runs/x", "variant": "standard", "point": {}, "seed": 0,
               "status": "done", "summary": {"test": {"accuracy": 0.5}}}
     (tmp_path / "sweep" / "results.jsonl").write_text(json.dumps(record) + "\n")

@@ -18,14 +18,11 @@ def model(**kw):
 
 
 CASES = [{}, {"n_kv_heads": 2}, {"attn_bias": True}, {"rope": False, "learned_positions": True},
-         {"variant": "mixit"}, {"variant": "knowledge"}, {"mixer": "mixing", "mixing": {"sink_head": True}}]
+         {"variant": "mixit"}, {"variant": "knowledge"}, {"mixer": "mixing", "mixer_options": {"sink_head": True}}]
 
 
 @pytest.mark.parametrize("kw", CASES, ids=[str(c) for c in CASES])
 def test_cached_generation_equals_uncached(kw):
-    if "mixing" in kw:
-        from modformer.model.config import MixingConfig
-        kw = {**kw, "mixing": MixingConfig(**kw["mixing"])}
     m = model(**kw)
     prompt = torch.randint(0, 50, (3, 7), generator=torch.Generator().manual_seed(1))
     cached, cached_logits = greedy_generate(m, prompt, 10)

@@ -1,7 +1,8 @@
-"""`modformer migrate DIR`: folders an older modformer wrote (tests/data/format1: runs of two
-committed results folders as they were before their migration), copied and migrated, read by
-today's code exactly as before (the same resolved configs, the same figures), once (a second
-migration changes nothing), and a folder it does not know refused in one line."""
+"""`modformer migrate DIR`: folders an older modformer wrote (tests/data/format1 and format2:
+committed results folders as they were before each migration, their README.md as today's page
+quotes them), copied and migrated, read by today's code exactly as before (the same resolved
+configs, the same figures), once (a second migration changes nothing), and a folder it does
+not know refused in one line."""
 
 import json
 import shutil
@@ -19,17 +20,20 @@ from modformer.sweep.spec import load_sweep
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data" / "format1"
 OLD = ["main_corrected",  # task condattend, MixiT recorded with mixer attention, no sweep.experiment
-       "sentiment_reference_v4.53"]  # model.reference_transformers, no model.mixing.extra_positions
+       "sentiment_reference_v4.53"]  # model.reference_transformers, no mixing extra_positions
+# Format 2: the built-in mixers' options in model.attention and model.mixing.
+FORMAT2 = ["retrieval_circuits",  # the grid axis model.attention.qk_init_scale: run folders renamed
+           "sentiment_corrected"]  # model.attention.causal and model.mixing.causal, one option of every arm
 
 
 def resolved(path: Path) -> dict:
     return to_dict(config_from_dict(yaml.safe_load(path.read_text())))
 
 
-@pytest.mark.parametrize("name", OLD)
-def test_a_folder_of_format_1_is_refused_then_migrates_once_into_the_committed_records(name, tmp_path, capsys):
+@pytest.mark.parametrize("data,name", [(DATA, n) for n in OLD] + [(DATA.parent / "format2", n) for n in FORMAT2])
+def test_an_older_folder_is_refused_then_migrates_once_into_the_committed_records(data, name, tmp_path, capsys):
     folder = tmp_path / Path(name).name
-    shutil.copytree(DATA / name, folder)
+    shutil.copytree(data / name, folder)
     assert main(["report", str(folder)]) == 2  # today's readers refuse records of format 1, naming the command
     assert f"modformer migrate {folder}" in capsys.readouterr().err
     done = migrate(folder)
@@ -39,6 +43,11 @@ def test_a_folder_of_format_1_is_refused_then_migrates_once_into_the_committed_r
     # Each record rewritten is the committed folder's, which this command migrated once (results/).
     committed = ROOT / "results" / "random_attention" / name
     runs = sorted(p.parent for p in (folder / "runs").rglob("config.yaml"))
+    assert runs and {r.relative_to(folder) for r in runs} <= \
+        {p.parent.relative_to(committed) for p in (committed / "runs").rglob("config.yaml")}  # renamed alike
+    for kind in ("configs", "logs"):  # the start configs and logs of a renamed grid point moved with its runs
+        assert {p.relative_to(folder) for p in (folder / kind).rglob("*")} <= \
+            {p.relative_to(committed) for p in (committed / kind).rglob("*")}
     for run in runs:
         for record in ("config.yaml", "summary.json", "run.json"):
             assert (run / record).read_text() == (committed / run.relative_to(folder) / record).read_text()

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from modformer import build_model, capture
-from modformer.model.config import MixingConfig, ModelConfig
+from modformer.model.config import ModelConfig
 from modformer.model.hooks import HookPoint, hook_names, hooked
 from modformer.registry import FFNS, MIXERS, VARIANTS
 
@@ -23,7 +23,7 @@ def test_every_registered_name_builds_and_runs(kw):
 
 @pytest.mark.parametrize("kw", [{}, {"learned_positions": True, "rope": False}, {"n_kv_heads": 2},
                                 {"attn_bias": True, "ffn_bias": True, "ffn": "relu"}, {"variant": "mixit"},
-                                {"variant": "mixit", "mixing": MixingConfig(sink_head=True)}])
+                                {"variant": "mixit", "mixer_options": {"sink_head": True}}])
 def test_causal(kw):
     """Changing future tokens leaves the logits of earlier positions unchanged."""
     model = build_model(small(**kw), seed=1)

@@ -331,4 +331,4 @@ def test_a_parts_options_are_shown_with_type_default_and_help(capsys, monkeypatc
     listed = capsys.readouterr().out
     assert f"model.mixer=mean ({HERE}:ScaledMean" in listed and all(text in listed for text in expected)
     assert "model.mixer=attention (modformer.model.attention:build_attention" in listed
-    assert "its options are the keys of model.attention" in listed
+    assert "model.mixer_options.qk_init_scale" in listed and "model.mixer_options.sink_head" in listed

@@ -5,7 +5,6 @@ change to any of them fails here (the values pinned below are the reference's, r
 princeton-pli/MixiT; docs/papers/random-attention.md lists them with their
 sources)."""
 
-import dataclasses
 import math
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from modformer.config import config_from_dict
 from modformer.constructions import construction_label
 from modformer.papers.random_attention.construction import POINTS
 from modformer.errors import ConfigError, ModformerError
-from modformer.model.config import MixingConfig
+from modformer.model.mixing import MixingOptions
 from modformer.model.mixing import mixing_matrices
 from modformer.model.scaled_linear import ScaledLinear
 from modformer.train.optim import build_optimizer, learning_rate
@@ -69,8 +68,8 @@ SHARED = {"model.attn_bias": True, "model.ffn_bias": True, "model.init_std": 0.0
           "train.grad_clip": 1.0}
 VANILLA = {"model.learned_positions": False, "model.rope": True, "model.skip_scale": 1.0,
            "model.residual_scale": 1.0, "model.ffn": "swiglu", "model.scaled_linear": None}
-MIXING = {"model.learned_positions": True, "model.mixing.sink_head": True, "model.ffn": "shaped_leaky_glu",
-          "model.mixing.bidirectional_drift": "reference"}
+MIXING = {"model.learned_positions": True, "model.mixer_options.sink_head": True, "model.ffn": "shaped_leaky_glu",
+          "model.mixer_options.bidirectional_drift": "reference"}
 DEPTH_TRAIN = {"train.lr": 1e-2, "train.weight_decay": 1e-3, "train.schedule": "cosine", "train.warmup_steps": 500,
                "train.batch_size": 1000}
 # hdmemorize_exp.py's batch: min(n^2, 256 * 128) facts, 256 for the n = 16 of TASKS.
@@ -83,19 +82,19 @@ H = math.sqrt(0.5)
 @pytest.mark.parametrize("variant, trainer, expected", [
     ("standard", "depth.py", {**SHARED, **VANILLA, **DEPTH_TRAIN}),
     ("mixit", "depth.py", {**SHARED, **MIXING, **DEPTH_TRAIN, "model.skip_scale": H, "model.residual_scale": H,
-                           "model.scaled_linear": [512.0, 1.0], "model.mixing.extra_positions": 1}),
+                           "model.scaled_linear": [512.0, 1.0], "model.mixer_options.extra_positions": 1}),
     ("standard", "hdmemorize_exp.py", {**SHARED, **VANILLA, **MEMORIZE_TRAIN}),
     ("mixit", "hdmemorize_exp.py", {**SHARED, **MIXING, **MEMORIZE_TRAIN, "model.skip_scale": H,
                                     "model.residual_scale": H, "model.scaled_linear": [512.0, 1.0],
-                                    "model.mixing.extra_positions": 1}),
+                                    "model.mixer_options.extra_positions": 1}),
     ("standard", "trainer.py", {**SHARED, **VANILLA, **HF_TRAIN, "train.warmup_steps": 800}),
     ("mixit", "trainer.py", {**SHARED, **MIXING, **HF_TRAIN, "train.warmup_steps": 800, "model.skip_scale": 0.5,
                              "model.residual_scale": math.sqrt(0.75), "model.scaled_linear": [512.0, 1.0]}),
     ("standard", "trainer_classifier.py", {**SHARED, **VANILLA, **HF_TRAIN, "train.warmup_steps": 800,
-                                           "model.attention.causal": True, "model.pad_embedding_frozen": True}),
+                                           "model.mixer_options.causal": True, "model.pad_embedding_frozen": True}),
     ("mixit", "trainer_classifier.py", {**SHARED, **MIXING, **HF_TRAIN, "train.warmup_steps": 800,
                                         "model.skip_scale": H, "model.residual_scale": H,
-                                        "model.scaled_linear": [1.0, 1.0], "model.mixing.causal": False,
+                                        "model.scaled_linear": [1.0, 1.0], "model.mixer_options.causal": False,
                                         "model.pad_embedding_frozen": True}),
 ])
 def test_the_reference_points_are_pinned(variant, trainer, expected):
@@ -110,17 +109,17 @@ def test_mixing_is_drawn_for_the_references_whole_sample():
     top-left block of one drawn a position longer. Not for tasks the reference lacks."""
     cfg = reference("mixit")
     T = cfg.model.max_seq_len
-    assert T == 2 * 4 + 3 - 1 and cfg.model.mixing.extra_positions == 1  # retrieval_4: a sample of 11
+    assert T == 2 * 4 + 3 - 1 and cfg.model.mixer_options["extra_positions"] == 1  # retrieval_4: a sample of 11
     from modformer.model.mixing import MixingMixer
     mixers = []
     for length, extra in ((T, 1), (T + 1, 0)):
-        mixers.append(MixingMixer(D, 4, length, dataclasses.replace(cfg.model.mixing, extra_positions=extra)))
+        mixers.append(MixingMixer(D, 4, length, MixingOptions(**{**cfg.model.mixer_options, "extra_positions": extra})))
         mixers[-1].init_parameters(0.02, torch.Generator().manual_seed(3))
     ours, longer = (m.mixing for m in mixers)
     assert ours.shape[-1] == T and torch.equal(ours, longer[:, :T, :T])
-    assert reference("mixit", ("task", {"name": "khop"})).model.mixing.extra_positions == 0
+    assert reference("mixit", ("task", {"name": "khop"})).model.mixer_options["extra_positions"] == 0
     with pytest.raises(ConfigError, match="extra_positions"):
-        reference("mixit", ("model.mixing.causal", False), ("model.mixing.extra_positions", 1))
+        reference("mixit", ("model.mixer_options.causal", False), ("model.mixer_options.extra_positions", 1))
 
 
 def test_the_hf_trainers_warm_up_for_at_least_500_steps():
@@ -237,10 +236,10 @@ def test_attention_models_are_plain_llama(variant):
 def test_causal_rows_sum_to_one_and_bidirectional_rows_follow_the_reference_formula():
     T, H, hd = 12, 4, 16
     g = torch.Generator().manual_seed(3)
-    causal = mixing_matrices(H, T, hd, MixingConfig(bidirectional_drift="reference"), g).double()
+    causal = mixing_matrices(H, T, hd, MixingOptions(bidirectional_drift="reference"), g).double()
     torch.testing.assert_close(causal.sum(-1), torch.ones(H, T, dtype=torch.float64), atol=1e-6, rtol=0)
     low, high = 1 / math.sqrt(T * hd), 1 / math.sqrt(T)
-    cfg = MixingConfig(causal=False, bidirectional_drift="reference")
+    cfg = MixingOptions(causal=False, bidirectional_drift="reference")
     mix = mixing_matrices(H, T, hd, cfg, torch.Generator().manual_seed(5)).double()
     # The same draws by hand: sigma per head, then the noise, drift over i + 1.
     g = torch.Generator().manual_seed(5)
@@ -250,7 +249,7 @@ def test_causal_rows_sum_to_one_and_bidirectional_rows_follow_the_reference_form
     i = torch.arange(T, dtype=torch.float64)
     torch.testing.assert_close(mix.sum(-1), 1 + sums * (1 - T / (i + 1)), atol=1e-6, rtol=0)
     assert (mix.sum(-1)[:, :-1] - 1).abs().max() > 1e-3  # early rows do not sum to 1
-    corrected = mixing_matrices(H, T, hd, MixingConfig(causal=False), torch.Generator().manual_seed(5)).double()
+    corrected = mixing_matrices(H, T, hd, MixingOptions(causal=False), torch.Generator().manual_seed(5)).double()
     torch.testing.assert_close(corrected.sum(-1), torch.ones(H, T, dtype=torch.float64), atol=1e-6, rtol=0)
 
 
@@ -266,7 +265,7 @@ def test_reference_optimizer_settings():
 def test_explicit_keys_win_and_the_label_names_them():
     cfg = reference("mixit", ("train.weight_decay", 0.1), learned_positions=False)
     assert cfg.model.learned_positions is False and cfg.train.weight_decay == 0.1
-    assert cfg.model.mixing.sink_head is True
+    assert cfg.model.mixer_options["sink_head"] is True
     assert construction_label(cfg.to_dict()) == (
         "reference (depth.py) except model.learned_positions=False, weight decay 0.1")
     # The optimizer's departures are named too, lr included: a run at lr 3e-3 is not the script's.
@@ -282,7 +281,7 @@ def test_corrected_is_the_default_and_changes_nothing():
     data = {"model": {"variant": "mixit", "d_model": D}, "task": {"name": "retrieval", "n_pairs": 4}}
     cfg = config_from_dict(data)
     assert construction_label(cfg.to_dict()) == "corrected"
-    assert (cfg.model.learned_positions, cfg.model.mixing.sink_head, cfg.model.skip_scale, cfg.model.ffn,
+    assert (cfg.model.learned_positions, cfg.model.mixer_options["sink_head"], cfg.model.skip_scale, cfg.model.ffn,
             cfg.model.scaled_linear, cfg.train.lr) == (False, False, 1.0, "swiglu", None, 1e-3)
 
 
@@ -342,7 +341,7 @@ def test_conversions_refuse_what_they_would_lose():
 def test_signal_propagation_builds_the_reference_construction():
     from modformer.analysis.signal import _model_config
     cfg = _model_config("mixit", 2, 64, 4, 512, 16, {"construction": "reference"})
-    assert cfg.learned_positions and cfg.mixing.sink_head and cfg.ffn == "shaped_leaky_glu"
+    assert cfg.learned_positions and cfg.mixer_options["sink_head"] and cfg.ffn == "shaped_leaky_glu"
 
 
 def test_reports_read_construction_and_budget_from_runs_configs(tmp_path):
@@ -410,14 +409,14 @@ def test_the_classifier_pad_row_is_zero_and_never_trained(variant):
 
 def test_the_classifier_attention_reading_is_named_and_chosen():
     causal = reference("standard", trainer="trainer_classifier.py")
-    assert causal.model.attention.causal is True
+    assert causal.model.mixer_options["causal"] is True
     assert construction_label(causal.to_dict()) == "reference (trainer_classifier.py, transformers v4.50 reading)"
     bidirectional = reference("standard", trainer="trainer_classifier.py", construction_options={"transformers": "v4.53"})
-    assert bidirectional.model.attention.causal is False
+    assert bidirectional.model.mixer_options["causal"] is False
     assert construction_label(bidirectional.to_dict()) == (
         "reference (trainer_classifier.py, transformers v4.53 reading)")
     # The mixing attention reads is_causal=False itself: bidirectional in both readings.
-    assert reference("mixit", trainer="trainer_classifier.py").model.mixing.causal is False
+    assert reference("mixit", trainer="trainer_classifier.py").model.mixer_options["causal"] is False
     assert construction_label(reference("mixit", trainer="trainer.py").to_dict()) == "reference (trainer.py)"
     with pytest.raises(ConfigError, match="construction_options"):
         reference("standard", trainer="trainer_classifier.py", construction_options={"transformers": "4.53"})
@@ -445,7 +444,7 @@ def test_the_initialisation_readings_are_named_and_chosen():
     old = {"model": {"construction": "reference", "variant": "mixit", "reference_init": "commented"}}
     assert len(migrate_older_configs(old, saved=True)) == 2  # the key moved; extra_positions written out
     assert old["model"]["construction_options"] == {"init": "commented"}
-    assert old["model"]["mixing"] == {"extra_positions": 0}
+    assert old["model"]["mixer_options"] == {"extra_positions": 0}
     assert migrate_older_configs(old, saved=True) == []  # once
 
 
@@ -490,6 +489,6 @@ def test_a_retrieval_config_with_no_train_keys_trains_as_depth_py():
 def test_the_committed_reports_name_every_departure_from_the_reference_script():
     """The long retrieval runs trained at lr 3e-3, warm-up 20, batch 256: their report says so."""
     report = (Path(__file__).parents[1] / "results" / "random_attention" / "retrieval_budget" / "report.md").read_text()
-    assert "| mixit | reference (depth.py) except model.mixing.extra_positions=0, lr 0.003, warm-up 20, batch 256 |" \
+    assert "| mixit | reference (depth.py) except model.mixer_options.extra_positions=0, lr 0.003, warm-up 20, batch 256 |" \
         in report
     assert "(12.8% of depth.py's 1e+08)" in report

@@ -157,7 +157,7 @@ def test_flops_count_each_layers_own_parts():
     (["model.layers={0: random_transformer}"], "freezes ['norm.*'], outside the blocks"),
     (["model.layers={0: {variant: mixit, mixer: attention}}"], "conflicts with its variant mixit"),
     (["model.layers={0: nonesuch}"], "unknown variant 'nonesuch'"),
-    (["model.layers={0: {mixer: mixing, mixer_options: {scale: 2}}}"], "model.layers[0].mixer_options"),
+    (["model.layers={0: {mixer: mixing, mixer_options: {sclae: 2}}}"], "unknown config key 'model.layers[0].mixer_options.sclae'"),
     (["model.variant=knowledge", "model.layers={0: {ffn: gelu}}"], "not read by model.variant=knowledge"),
     (["model.variant=knowledge", "model.layers={0: frozen_qk}"], "builds every layer's feed-forward module itself"),
     (["model.construction=reference", "model.layers=[mixit, standard]"], "builds every layer of a model in one mode"),

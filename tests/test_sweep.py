@@ -9,6 +9,7 @@ from modformer.errors import ConfigError, ModformerError
 from modformer.sweep.report import write_report
 from modformer.sweep.runner import SweepRunner, read_results
 from modformer.sweep.spec import load_sweep
+from modformer.version import RECORDS_FORMAT
 
 SWEEP = {
     "model": {"d_model": 32, "n_layers": 1, "n_heads": 2},
@@ -225,7 +226,7 @@ def test_a_curve_gathers_the_matching_runs_of_several_sweeps(tmp_path):
         """A sweep folder with finished runs (variant, steps, lr, seed, accuracy), as a sweep leaves them."""
         out = tmp_path / name
         out.mkdir()
-        (out / "sweep.yaml").write_text("format: 2\nsweep: {experiment: train}\n")
+        (out / "sweep.yaml").write_text(f"format: {RECORDS_FORMAT}\n" "sweep: {experiment: train}\n")
         lines = []
         for variant, steps, lr, seed, accuracy in runs:
             run_id = f"{variant}/train.steps={steps},train.lr={lr}/seed{seed}"
@@ -295,7 +296,7 @@ def finished_sweep(out, variants, seeds, runs, grid=None):
     out.mkdir()
     grid = grid or {"train.lr": sorted({lr for _, lr, _, _, _ in runs})}
     (out / "sweep.yaml").write_text(yaml.safe_dump({
-        "format": 2, "task": {"name": "retrieval"}, "sweep": {"experiment": "train", "variants": variants, "grid": grid,
+        "format": RECORDS_FORMAT, "task": {"name": "retrieval"}, "sweep": {"experiment": "train", "variants": variants, "grid": grid,
                                                               "seeds": seeds, "metric": "accuracy", "mode": "max"}}))
     lines = []
     for variant, lr, seed, validation, test in runs:
@@ -371,7 +372,7 @@ def test_a_language_modelling_budget_is_counted_in_tokens_on_the_curve_and_the_r
 
     out = tmp_path / "lm"
     out.mkdir()
-    (out / "sweep.yaml").write_text("format: 2\nsweep: {experiment: train}\n")
+    (out / "sweep.yaml").write_text(f"format: {RECORDS_FORMAT}\n" "sweep: {experiment: train}\n")
     lines, groups = [], {}
     for steps in (10, 40):
         for seed in (0, 1):
@@ -415,12 +416,12 @@ def test_a_sweep_folder_of_an_older_records_format_is_refused_naming_the_command
     data = runner.sweep.to_dict()
     (out / "sweep.yaml").write_text(yaml.safe_dump({**data, "task": {**data["task"], "name": "condattend"}}))
     for read in (runner._check_same_sweep, lambda: read_results(out)):
-        with pytest.raises(ModformerError, match=f"records of format 1, not this modformer's 2: .*modformer migrate {out}"):
+        with pytest.raises(ModformerError, match=f"records of format 1, not this modformer's {RECORDS_FORMAT}: .*modformer migrate {out}"):
             read()
 
     (out / "sweep.yaml").unlink()
     runner._check_same_sweep()
-    assert yaml.safe_load((out / "sweep.yaml").read_text())["format"] == 2
+    assert yaml.safe_load((out / "sweep.yaml").read_text())["format"] == RECORDS_FORMAT
     runner._check_same_sweep()  # not "holds a different sweep"
 
 

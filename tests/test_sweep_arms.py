@@ -43,7 +43,8 @@ def test_each_arm_runs_its_variant_with_its_own_settings(tmp_path):
     conv = runs["conv2"].config.model
     assert conv.variant == "standard" and conv.mixer == CONV and conv.mixer_options == {"kernel": 2}
     # the option is the conv arm's alone
-    assert all(r.config.model.mixer_options == {} for name, r in runs.items() if name != "conv2")
+    defaults = {"causal": True, "qk_init_scale": 1.0}  # attention's own, as every other arm builds it
+    assert all(r.config.model.mixer_options == defaults for name, r in runs.items() if name != "conv2")
     assert runs["frozen_qk_top_standard"].run_id == "frozen_qk_top_standard/default/seed0"
 
 

@@ -12,7 +12,7 @@ import torch
 from modformer import build_model, capture
 from modformer.cli import main
 from modformer.config import load_config
-from modformer.model.config import AttentionConfig, ModelConfig
+from modformer.model.config import ModelConfig
 from modformer.registry import TASKS
 from modformer.tasks.base import IGNORE
 from modformer.train.checkpoint import list_checkpoints
@@ -114,7 +114,7 @@ def test_tiny_bidirectional_sentiment_beats_chance(tmp_path):
     source = write_sentiment_csv(tmp_path / "reviews.csv", rows=400)
     cfg = load_config(None, [
         "task.name=sentiment", f"task.source={source}", "task.tokenizer_vocab=300", "task.seq_len=32",
-        "model.d_model=64", "model.n_layers=2", "model.n_heads=4", "model.attention.causal=false",
+        "model.d_model=64", "model.n_layers=2", "model.n_heads=4", "model.mixer_options.causal=false",
         "train.steps=40", "train.batch_size=32", "train.lr=3e-3", "train.warmup_steps=4", "train.eval_every=20",
         "train.checkpoint_every=0", "train.progress=false", "train.eval_batch_size=100", "train.threads=1"])
     task = TASKS["sentiment"](cfg.task)
@@ -138,7 +138,7 @@ def test_mean_pooling_reads_the_class_from_every_position_of_the_review(tmp_path
     cfg = load_config(None, [
         "task.name=sentiment", f"task.source={source}", "task.tokenizer_vocab=300", "task.seq_len=32",
         "task.pooling=mean", "model.variant=mixit", "model.d_model=64", "model.n_layers=2", "model.n_heads=4",
-        "model.mixing.causal=false", "train.steps=40", "train.batch_size=32", "train.lr=3e-3",
+        "model.mixer_options.causal=false", "train.steps=40", "train.batch_size=32", "train.lr=3e-3",
         "train.warmup_steps=4", "train.eval_every=20", "train.checkpoint_every=0", "train.progress=false",
         "train.eval_batch_size=100", "train.threads=1"])
     task = TASKS["sentiment"](cfg.task)
@@ -166,7 +166,7 @@ def test_sentiment_refuses_labels_outside_its_classes(tmp_path):
 
 def test_bidirectional_attention_sees_the_future_and_refuses_a_cache():
     cfg = ModelConfig(vocab_size=50, d_model=32, n_layers=2, n_heads=4, max_seq_len=12,
-                      attention=AttentionConfig(causal=False))
+                      mixer_options={"causal": False})
     model = build_model(cfg, seed=0)
     x = torch.randint(0, 50, (2, 12), generator=torch.Generator().manual_seed(0))
     y = x.clone()

@@ -7,7 +7,8 @@ import torch
 
 from modformer import build_model, capture
 from modformer.freeze import trainable_names
-from modformer.model.config import MixingConfig, ModelConfig
+from modformer.model.config import ModelConfig
+from modformer.model.mixing import MixingOptions
 from modformer.model.mixing import mixing_matrices
 from modformer.train.checkpoint import read_checkpoint, save_checkpoint, load_model_state
 from modformer.train.config import TrainConfig
@@ -61,8 +62,8 @@ def test_fixed_parts_unchanged_after_training_steps(variant):
                for n in EXPECTED_TRAINABLE[variant])
 
 
-@pytest.mark.parametrize("cfg", [MixingConfig(), MixingConfig(scale=3.0), MixingConfig(sink_head=True),
-                                 MixingConfig(causal=False), MixingConfig(sigma_range=(0.5, 0.5))])
+@pytest.mark.parametrize("cfg", [MixingOptions(), MixingOptions(scale=3.0), MixingOptions(sink_head=True),
+                                 MixingOptions(causal=False), MixingOptions(sigma_range=(0.5, 0.5))])
 def test_mixing_rows_sum_to_one(cfg):
     """Every row sums to 1, but the reference's sink head's first row, which sums to 0.5."""
     mix = mixing_matrices(8, 64, 16, cfg, torch.Generator().manual_seed(0)).double()
@@ -82,7 +83,7 @@ def test_mixing_rows_sum_to_one(cfg):
 
 def test_mixing_noise_scale_per_head_lies_in_the_sigma_range():
     T, hd = 256, 16
-    mix = mixing_matrices(16, T, hd, MixingConfig(), torch.Generator().manual_seed(1)).double()
+    mix = mixing_matrices(16, T, hd, MixingOptions(), torch.Generator().manual_seed(1)).double()
     # Below the diagonal A_ij = N_ij - drift_i; the drift is small next to the spread of N.
     below = torch.ones(T, T, dtype=torch.bool).tril(-1)
     stds = torch.stack([(m - m.diagonal().diag())[below].std() for m in mix])
@@ -111,7 +112,7 @@ def test_mixing_matrix_travels_in_checkpoints(tmp_path):
 
 
 def test_bidirectional_mixing_refuses_other_lengths():
-    model = build_model(small(variant="mixit", mixing=MixingConfig(causal=False)), seed=0)
+    model = build_model(small(variant="mixit", mixer_options={"causal": False}), seed=0)
     model(torch.randint(0, 40, (2, 16)))
     with pytest.raises(ValueError, match="length 16"):
         model(torch.randint(0, 40, (2, 10)))
@@ -137,15 +138,14 @@ def test_mixit_mixes_values_without_a_per_sequence_copy_of_its_matrix():
 
 
 def test_qk_init_scale_widens_the_frozen_scores_and_nothing_else():
-    """model.attention.qk_init_scale multiplies the init std of Q and K only; at 1 the draws are
+    """The attention's qk_init_scale multiplies the init std of Q and K only; at 1 the draws are
     the default initialisation's, so every earlier run's model is unchanged."""
-    from modformer.model.config import AttentionConfig
     from modformer.errors import ConfigError
 
     cfg = small(variant="frozen_qk", d_model=256, init_std=0.02)
     base = build_model(cfg, seed=0)
     wide = build_model(small(variant="frozen_qk", d_model=256, init_std=0.02,
-                             attention=AttentionConfig(qk_init_scale=4.0)), seed=0)
+                             mixer_options={"qk_init_scale": 4.0}), seed=0)
     for name, p in base.named_parameters():
         q = dict(wide.named_parameters())[name]
         if ".q_proj.weight" in name or ".k_proj.weight" in name:
@@ -153,5 +153,5 @@ def test_qk_init_scale_widens_the_frozen_scores_and_nothing_else():
             assert not q.requires_grad
         else:
             assert torch.equal(q, p), name
-    with pytest.raises(ConfigError, match="qk_init_scale"):
-        AttentionConfig(qk_init_scale=0.0)
+    with pytest.raises(ConfigError, match="qk_init_scale must be positive"):
+        build_model(small(variant="frozen_qk", mixer_options={"qk_init_scale": 0.0}), seed=0)

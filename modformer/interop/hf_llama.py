@@ -81,7 +81,7 @@ def config_from_hf(hf_config: Any) -> ModelConfig:
 def hf_config_from(cfg: ModelConfig) -> Any:
     """The `LlamaConfig` of a standard model config; other architectures have no Llama form."""
     if cfg.mixer != "attention" or cfg.ffn != "swiglu" or not cfg.rope or cfg.learned_positions \
-            or not cfg.attention.causal or cfg.scaled_linear is not None or cfg.skip_scale != 1 \
+            or not cfg.mixer_options.get("causal", True) or cfg.scaled_linear is not None or cfg.skip_scale != 1 \
             or cfg.residual_scale != 1:
         raise ConfigError("only a standard model (causal attention mixer, swiglu ffn, RoPE, no learned positions, "
                           "plain projections, unscaled skips and branches) converts to LlamaForCausalLM")

@@ -1,20 +1,37 @@
 """Multi-head self-attention (the standard mixer): causal by default, bidirectional with
-`model.attention.causal=false`."""
+`model.mixer_options.causal=false`; its options are `AttentionOptions`."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..configtools import option
 from ..registry import MIXERS
 from .cache import LayerCache
 from .config import ModelConfig
 from .hooks import HookPoint
 from .rope import RotaryEmbedding
 from .scaled_linear import Projection, plain_linear, projection
+
+
+@dataclass
+class AttentionOptions:
+    """Options of the `attention` mixer (`model.mixer_options`, or a layer's own in `model.layers`)."""
+
+    causal: bool = option(True, "causal mask (a decoder); false: every position attends to every other, as the "
+                                "random-attention paper's bidirectional classifier does (no key-value cache then)")
+    qk_init_scale: float = option(
+        1.0, "factor on the init std of the query and key projections: the spread of the initial scores "
+             "q.k/sqrt(d_h) grows with width, and Frozen-QK keeps them, so this gives a narrow model a wide one's")
+
+    def __post_init__(self) -> None:
+        if not self.qk_init_scale > 0:
+            raise ValueError(f"qk_init_scale must be positive, got {self.qk_init_scale}")
 
 
 class SelfAttention(nn.Module):
@@ -86,8 +103,10 @@ class SelfAttention(nn.Module):
 
 
 @MIXERS.register("attention")
-def build_attention(cfg: ModelConfig) -> SelfAttention:
+def build_attention(cfg: ModelConfig, options: AttentionOptions) -> SelfAttention:
     rope = RotaryEmbedding(cfg.head_dim, cfg.max_seq_len, cfg.rope_theta) if cfg.rope else None
     return SelfAttention(cfg.d_model, cfg.n_heads, cfg.n_kv_heads, bias=cfg.attn_bias, rope=rope,
-                         causal=cfg.attention.causal, linear=projection(cfg),
-                         qk_init_scale=cfg.attention.qk_init_scale)
+                         causal=options.causal, linear=projection(cfg), qk_init_scale=options.qk_init_scale)
+
+
+build_attention.Options = AttentionOptions

@@ -3,55 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from ..configtools import option
 from ..errors import ConfigError
 from .knowledge import KnowledgeConfig
-from .layers import LayerConfig, LayersValue, layer_list
-
-
-@dataclass
-class MixingConfig:
-    """Options of the `mixing` mixer (MixiT): a fixed random mixing matrix per layer and head."""
-
-    scale: float = option(1.0, "c in A = tril(I + c (N - drift)): how far the mixing departs from the identity")
-    sigma_range: tuple[float, float] | None = option(
-        None, "range of each head's noise std sigma_h (drawn uniformly); null: [1/sqrt(T d_h), 1/sqrt(T)]")
-    sink_head: bool = option(False, "overwrite head 0 with the reference's sink pattern: 0.5 on token 0 and 0.5 on "
-                                    "itself, token 0's own row being 0.5 (so it sums to 0.5, every later row to 1)")
-    causal: bool = option(True, "causal (lower-triangular) mixing; false: bidirectional (see bidirectional_drift)")
-    bidirectional_drift: Literal["row_sum", "reference"] = option(
-        "row_sum", "how a bidirectional row's drift is normalised: row_sum divides row i's noise sum by T, so every "
-                   "row sums to 1 (ours, corrected); reference divides by i+1 as the reference code does, so early "
-                   "rows do not sum to 1 and pool many tokens. Causal mixing divides by i+1 either way")
-    extra_positions: int = option(
-        0, "draw A for this many positions beyond the model's length and keep its top-left block (causal only): "
-           "T in sigma_h's range counts them. The reference draws A for its whole sample, answer included, one "
-           "position more than our input in its own algorithmic tasks")
-
-    def __post_init__(self) -> None:
-        if self.extra_positions < 0 or self.extra_positions and not self.causal:
-            raise ConfigError(f"model.mixing.extra_positions must be >= 0, and 0 for bidirectional mixing (drawn for "
-                              f"exactly its length), got {self.extra_positions} with causal={self.causal}")
-        if self.sigma_range is not None and not 0 <= self.sigma_range[0] <= self.sigma_range[1]:
-            raise ConfigError(f"model.mixing.sigma_range must be [low, high] with 0 <= low <= high, "
-                              f"got {list(self.sigma_range)}")
-
-
-@dataclass
-class AttentionConfig:
-    """Options of the `attention` mixer."""
-
-    causal: bool = option(True, "causal mask (a decoder); false: every position attends to every other, as the "
-                                "random-attention paper's bidirectional classifier does (no key-value cache then)")
-    qk_init_scale: float = option(
-        1.0, "factor on the init std of the query and key projections: the spread of the initial scores "
-             "q.k/sqrt(d_h) grows with width, and Frozen-QK keeps them, so this gives a narrow model a wide one's")
-
-    def __post_init__(self) -> None:
-        if self.qk_init_scale <= 0:
-            raise ConfigError(f"model.attention.qk_init_scale must be positive, got {self.qk_init_scale}")
+from .layers import LayersValue, layer_list
 
 
 @dataclass
@@ -68,8 +25,8 @@ class ModelConfig:
                                      "package.module:Class, or an entry point (`modformer list`)")
     mixer_options: dict[str, Any] = option(
         default_factory=dict, help="the mixer's own options, for a part that declares them (a dataclass `Options` "
-                                   "beside it: modformer/model/part_options.py); ours keep theirs in model.attention "
-                                   "and model.mixing")
+                                   "beside it: modformer/model/part_options.py), ours as every other: attention's "
+                                   "AttentionOptions, mixing's MixingOptions (`modformer list --options`)")
     ffn: str = option("swiglu", "feed-forward module of every block: a registered name, an import path "
                                 "package.module:Class, or an entry point")
     ffn_options: dict[str, Any] = option(default_factory=dict,
@@ -110,8 +67,6 @@ class ModelConfig:
                                       "positions a part reading the model's inputs sees masked (ModelInputs."
                                       "padding_mask); null: the task's where pad_embedding_frozen, else none")
     init_std: float = option(0.02, "std of the normal init of linear and embedding weights")
-    attention: AttentionConfig = option(default_factory=AttentionConfig, help="options of the attention mixer")
-    mixing: MixingConfig = option(default_factory=MixingConfig, help="options of the mixing (MixiT) mixer")
     knowledge: KnowledgeConfig = option(default_factory=KnowledgeConfig,
                                         help="the shared knowledge base and its readers (the knowledge variant)")
     freeze: list[str] = option(

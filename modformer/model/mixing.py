@@ -19,18 +19,48 @@ the RNG and does not save it).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import nn
 
+from ..configtools import option
 from ..registry import MIXERS
 from .cache import LayerCache
-from .config import MixingConfig, ModelConfig
+from .config import ModelConfig
 from .hooks import HookPoint
 from .scaled_linear import Projection, plain_linear, projection
 
 
-def mixing_matrices(n_heads: int, T: int, head_dim: int, cfg: MixingConfig,
+@dataclass
+class MixingOptions:
+    """Options of the `mixing` mixer (MixiT; `model.mixer_options`, or a layer's own in `model.layers`)."""
+
+    scale: float = option(1.0, "c in A = tril(I + c (N - drift)): how far the mixing departs from the identity")
+    sigma_range: tuple[float, float] | None = option(
+        None, "range of each head's noise std sigma_h (drawn uniformly); null: [1/sqrt(T d_h), 1/sqrt(T)]")
+    sink_head: bool = option(False, "overwrite head 0 with the reference's sink pattern: 0.5 on token 0 and 0.5 on "
+                                    "itself, token 0's own row being 0.5 (so it sums to 0.5, every later row to 1)")
+    causal: bool = option(True, "causal (lower-triangular) mixing; false: bidirectional (see bidirectional_drift)")
+    bidirectional_drift: Literal["row_sum", "reference"] = option(
+        "row_sum", "how a bidirectional row's drift is normalised: row_sum divides row i's noise sum by T, so every "
+                   "row sums to 1 (ours, corrected); reference divides by i+1 as the reference code does, so early "
+                   "rows do not sum to 1 and pool many tokens. Causal mixing divides by i+1 either way")
+    extra_positions: int = option(
+        0, "draw A for this many positions beyond the model's length and keep its top-left block (causal only): "
+           "T in sigma_h's range counts them. The reference draws A for its whole sample, answer included, one "
+           "position more than our input in its own algorithmic tasks")
+
+    def __post_init__(self) -> None:
+        if self.extra_positions < 0 or self.extra_positions and not self.causal:
+            raise ValueError(f"extra_positions must be >= 0, and 0 for bidirectional mixing (drawn for exactly its "
+                             f"length), got {self.extra_positions} with causal={self.causal}")
+        if self.sigma_range is not None and not 0 <= self.sigma_range[0] <= self.sigma_range[1]:
+            raise ValueError(f"sigma_range must be [low, high] with 0 <= low <= high, got {list(self.sigma_range)}")
+
+
+def mixing_matrices(n_heads: int, T: int, head_dim: int, cfg: MixingOptions,
                     generator: torch.Generator) -> torch.Tensor:
     """Draw A, (n_heads, T, T) float32, in float64 so row sums are 1 to rounding."""
     low, high = cfg.sigma_range or (1.0 / math.sqrt(T * head_dim), 1.0 / math.sqrt(T))
@@ -62,7 +92,7 @@ class MixingMixer(nn.Module):
     Hook point `pattern`: A broadcast to (B, H, T, T), the same shape as attention weights.
     """
 
-    def __init__(self, d_model: int, n_heads: int, max_seq_len: int, cfg: MixingConfig, *, bias: bool = False,
+    def __init__(self, d_model: int, n_heads: int, max_seq_len: int, cfg: MixingOptions, *, bias: bool = False,
                  linear: Projection = plain_linear):
         super().__init__()
         self.n_heads = n_heads
@@ -122,6 +152,8 @@ def mix_values(mix: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
 
 
 @MIXERS.register("mixing")
-def build_mixing(cfg: ModelConfig) -> MixingMixer:
-    return MixingMixer(cfg.d_model, cfg.n_heads, cfg.max_seq_len, cfg.mixing, bias=cfg.attn_bias,
-                       linear=projection(cfg))
+def build_mixing(cfg: ModelConfig, options: MixingOptions) -> MixingMixer:
+    return MixingMixer(cfg.d_model, cfg.n_heads, cfg.max_seq_len, options, bias=cfg.attn_bias, linear=projection(cfg))
+
+
+build_mixing.Options = MixingOptions

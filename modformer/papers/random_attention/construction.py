@@ -29,7 +29,7 @@ from ...configtools import from_dict, option
 from ...constructions import CONSTRUCTIONS, Construction
 from ...errors import ConfigError
 from ...model.config import ModelConfig
-from ...registry import VARIANTS
+from ...registry import MIXERS, VARIANTS
 from ...tasks.base import TaskConfig
 
 
@@ -72,7 +72,12 @@ class Point:
     source: str  # where the reference sets it
     trainers: tuple[str, ...] = TRAINERS  # the reference trainers that build it so
 
-    def applies(self, mode: str, trainer: str) -> bool:
+    def applies(self, mode: str, trainer: str, model: dict[str, Any]) -> bool:
+        """Whether the reference sets this key for a model of `mode` built by `trainer`; an
+        option of the mixer (`model.mixer_options.*`) only where the model's mixer is the
+        reference's own for the mode (attention, or MixiT's mixing), not a part of yours."""
+        if self.key.startswith(OPTIONS) and not MIXERS.same(model_mixer(model), MODE_MIXER[mode]):
+            return False
         return mode in self.modes and trainer in self.trainers
 
     def plain(self, data: dict[str, Any]) -> Any:
@@ -81,7 +86,17 @@ class Point:
         return list(value) if isinstance(value, tuple) else value
 
 
+def model_mixer(model: dict[str, Any]) -> Any:
+    """The mixer a raw or resolved model section builds with: its variant's own (MixiT's
+    mixing), else model.mixer, else attention."""
+    name = model.get("variant", "standard")
+    fixed = VARIANTS[name].mixer if isinstance(name, str) and name in VARIANTS else None
+    return fixed or model.get("mixer") or "attention"
+
+
 BOTH = ("vanilla", "mixing")
+MODE_MIXER = {"vanilla": "attention", "mixing": "mixing"}  # the mixer the reference builds in each mode
+OPTIONS = "model.mixer_options."
 MIXING = ("mixing",)
 VANILLA = ("vanilla",)
 LLAMA = "transformers LlamaForCausalLM, which depth.py builds in vanilla mode"
@@ -154,7 +169,7 @@ def classifier_causal(data: dict[str, Any]) -> bool:
 POINTS: tuple[Point, ...] = (
     Point("model.learned_positions", True, MIXING,
           "modeling_llama.py ~781 and ~847: learned absolute positions (wpe) added to the token embeddings"),
-    Point("model.mixing.sink_head", True, MIXING,
+    Point("model.mixer_options.sink_head", True, MIXING,
           "modeling_llama.py ~471-473: head 0 is eye * 0.5 with column 0 then set to 0.5 ([0, 0] = 0.5)"),
     Point("model.skip_scale", SQRT_HALF, MIXING,
           "depth.py get_model_config: skip_scaling = np.sqrt(0.5); LlamaDecoderLayer scales the skip by it",
@@ -180,13 +195,13 @@ POINTS: tuple[Point, ...] = (
     Point("model.scaled_linear", (1.0, 1.0), MIXING,
           "trainer_classifier.py ~249-279 passes no base_hidden_size: MixingLlamaConfig's default 1.0 "
           "(modeling_llama.py ~74, 98, 101) for V, O, gate, up and the score head, and 1 for down", (CLASSIFIER,)),
-    Point("model.mixing.causal", False, MIXING,
+    Point("model.mixer_options.causal", False, MIXING,
           "trainer_classifier.py ~263: is_causal=False, which the mixing attention reads (no tril)", (CLASSIFIER,)),
-    Point("model.mixing.extra_positions", sample_extra, MIXING,
+    Point("model.mixer_options.extra_positions", sample_extra, MIXING,
           "depth.py and hdmemorize_exp.py get_model_config: max_position_embeddings = len(sample), the whole "
           "sequence with its answer, which sets the mixing's size and noise scale (config.max_seq_len, "
           "modeling_llama.py ~443-452); the model is fed all of it, ours all but its last token", DEPTH_MODEL),
-    Point("model.mixing.bidirectional_drift", "reference", MIXING,
+    Point("model.mixer_options.bidirectional_drift", "reference", MIXING,
           "mixing attention: the drift divides row i's noise sum by i + 1 also when not causal "
           "(trainer_classifier.py's bidirectional classifier)"),
     Point("model.learned_positions", False, VANILLA, LLAMA + ": RoPE only"),
@@ -195,7 +210,7 @@ POINTS: tuple[Point, ...] = (
     Point("model.residual_scale", 1.0, VANILLA, LLAMA + ": x + branch"),
     Point("model.ffn", "swiglu", VANILLA, LLAMA + ": LlamaMLP down(silu(gate x) * up x)"),
     Point("model.scaled_linear", None, VANILLA, LLAMA + ": plain nn.Linear"),
-    Point("model.attention.causal", classifier_causal, VANILLA,
+    Point("model.mixer_options.causal", classifier_causal, VANILLA,
           "trainer_classifier.py ~263 sets is_causal=False on the attention module, which only stores it "
           "(modeling_llama.py ~424, ~553-562): SDPA decides causality itself under transformers 4.50-4.52 "
           "(causal) and reads the flag from 4.53 (bidirectional); model.construction_options.transformers chooses",
@@ -292,7 +307,7 @@ def fill_reference(data: dict[str, Any]) -> dict[str, Any]:
     # A variant that builds its own feed-forward modules (knowledge) does not read model.ffn.
     unread = {"model.ffn"} if isinstance(name, str) and VARIANTS[name].own_ffn else set()
     for point in POINTS:
-        if point.applies(mode, trainer) and point.key not in unread and not _lookup(data, point.key)[0]:
+        if point.applies(mode, trainer, model) and point.key not in unread and not _lookup(data, point.key)[0]:
             _fill(data, point.key, point.plain(data))
     return data
 
@@ -345,7 +360,7 @@ def departures(config: dict[str, Any]) -> list[str]:
     mode, trainer = mode_of(model), trainer_of(config)
     changed = []
     for point in POINTS:
-        if not point.applies(mode, trainer):
+        if not point.applies(mode, trainer, model):
             continue
         found, value = _lookup(config, point.key)
         if found and (list(value) if isinstance(value, tuple) else value) != point.plain(config):
