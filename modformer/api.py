@@ -141,7 +141,7 @@ def evaluate_run(path: str | Path, *overrides: str) -> dict[str, Any]:
 def sweep(config_path: str | Path, out: str | Path, *overrides: str, workers: int | None = None,
           launcher: str | None = None, slurm: Mapping[str, Any] | None = None, wait: bool = False,
           profiles: Sequence[str] = (), echo: Callable[[str], None] | None = None,
-          command: Sequence[str] | None = None, amend: str | None = None) -> Path | None:
+          command: Sequence[str] | None = None, amend: str | None = None, plan_only: bool = False) -> Path | None:
     """Run (or continue) the sweep of a config with a `sweep` section into `out`, as
     `modformer sweep`: each run trains in its own process, and finished runs are not
     trained again.
@@ -164,10 +164,12 @@ def sweep(config_path: str | Path, out: str | Path, *overrides: str, workers: in
         amend: why the sweep's plan changes (more arms, seeds or grid values, another metric),
             recorded as an amendment in plan.yaml (modformer/sweep/plan.py); a change without
             it is refused.
+        plan_only: record the sweep and its plan (or the amendment) and start no run.
 
     Returns:
-        The path of the sweep's Markdown report (report.md in `out`); None where launcher slurm
-            submitted the runs without `wait` (call again to gather them once they are done).
+        The path of the sweep's Markdown report (report.md in `out`); plan.yaml's with
+            `plan_only`; None where launcher slurm submitted the runs without `wait` (call again
+            to gather them once they are done).
     """
     spec = load_sweep(config_path, overrides, profiles)
     if workers is not None:
@@ -179,8 +181,10 @@ def sweep(config_path: str | Path, out: str | Path, *overrides: str, workers: in
     spec.spec.__post_init__()
     if command is None:
         command = _sweep_command(config_path, out, overrides, workers=workers, launcher=launcher, slurm=slurm,
-                                 wait=wait, profiles=profiles, amend=amend)
+                                 wait=wait, profiles=profiles, amend=amend, plan_only=plan_only)
     runner = SweepRunner(spec, Path(out), echo=echo, command=command, amend=amend)
+    if plan_only:
+        return runner.record_plan()
     if spec.spec.launcher == "slurm":
         if SlurmLauncher(runner, wait=wait).launch() is None:
             return None
@@ -195,7 +199,7 @@ def sweep(config_path: str | Path, out: str | Path, *overrides: str, workers: in
 
 def _sweep_command(config_path: str | Path, out: str | Path, overrides: Sequence[str], *, workers: int | None,
                    launcher: str | None, slurm: Mapping[str, Any] | None, wait: bool,
-                   profiles: Sequence[str], amend: str | None = None) -> list[str]:
+                   profiles: Sequence[str], amend: str | None = None, plan_only: bool = False) -> list[str]:
     """The `modformer sweep` command that runs what `sweep(...)` was called with: keys of
     `slurm` as overrides of sweep.slurm (JSON values, which YAML reads back as they were),
     after the caller's overrides, as `sweep` applies them after."""
@@ -211,4 +215,6 @@ def _sweep_command(config_path: str | Path, out: str | Path, overrides: Sequence
         command.append("--wait")
     if amend is not None:
         command += ["--amend", amend]
+    if plan_only:
+        command.append("--plan-only")
     return [*command, "--out", str(out)]

@@ -107,7 +107,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path("runs") / "sweeps" / name
     slurm = {key: getattr(args, key) for key in SLURM_OPTIONS if getattr(args, key) is not None}
     path = api.sweep(args.config, out, *args.overrides, workers=args.workers, launcher=args.launcher,
-                     slurm=slurm, wait=args.wait, profiles=args.profile, command=args.command, amend=args.amend)
+                     slurm=slurm, wait=args.wait, profiles=args.profile, command=args.command, amend=args.amend,
+                     plan_only=args.plan_only)
+    if args.plan_only:
+        print(f"plan recorded, no run started: {path}")
+        return 0
     if path is None:  # submitted to Slurm, not followed
         print(f"submitted: {out}")
         return 0
@@ -299,6 +303,9 @@ def sweep_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--amend", metavar="REASON", help="why this command changes the sweep's plan (more arms, seeds or "
                                                     "grid values, another metric): recorded in the folder's plan.yaml "
                                                     "and shown in its report; without it a change is refused")
+    p.add_argument("--plan-only", action="store_true",
+                   help="record the sweep and its plan (plan.yaml; with --amend, an amendment: e.g. the parameters of "
+                        "its verdicts, sweep.verdict.*, declared after its runs) and start no run")
     p.add_argument("--status", metavar="DIR", help="say which runs of the sweep in DIR are done, queued, running, "
                                                    "unknown (Slurm cannot say), failed or cancelled, and stop")
     p.add_argument("--launcher", choices=LAUNCHERS, help="local (default) or slurm: submit the unfinished runs "

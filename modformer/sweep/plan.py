@@ -14,8 +14,8 @@ amendment after it, each with its date, its reason and what it changed in words:
       plan: {...}                      # the plan as it stands after this amendment
 
 A sweep started again with the same plan runs on; one that grows it (more arms, seeds or grid
-values, which `modformer sweep` otherwise allows in place) or changes its metric is refused
-unless the command says why (`--amend REASON`), which records the amendment. Reports show
+values, which `modformer sweep` otherwise allows in place) or changes its metric or its
+verdicts' parameters (`sweep.verdict`) is refused unless the command says why (`--amend REASON`), which records the amendment. Reports show
 the plan and each amendment beside the figures. A folder whose first runs were made before
 plans were recorded has no plan.yaml until its first amendment, and its report says so.
 """
@@ -33,13 +33,18 @@ from ..errors import ModformerError
 from ..files import atomic_write_text
 from ..version import code_version
 
-PLAN_KEYS = ("variants", "grid", "seeds", "metric", "mode")  # what a plan fixes of the sweep section
+PLAN_KEYS = ("variants", "grid", "seeds", "metric", "mode", "verdict")  # what a plan fixes of the sweep section
 NAME = "plan.yaml"
 
 
 def plan_of(sweep: dict[str, Any]) -> dict[str, Any]:
-    """The plan's part of a sweep section (plain data)."""
-    return {key: sweep.get(key) for key in PLAN_KEYS}
+    """The plan's part of a sweep section (plain data); the verdict's parameters as those it
+    declares (a sweep saved before they existed declares none)."""
+    return {key: _declared(sweep.get(key)) if key == "verdict" else sweep.get(key) for key in PLAN_KEYS}
+
+
+def _declared(verdict: Any) -> dict[str, Any]:
+    return {k: v for k, v in verdict.items() if v is not None} if isinstance(verdict, dict) else {}
 
 
 def read_plan(folder: Path) -> dict[str, Any] | None:
@@ -71,6 +76,8 @@ def changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     said = []
     for key in PLAN_KEYS:
         a, b = old.get(key), new.get(key)
+        if key == "verdict":  # a plan recorded before verdicts were planned declares none
+            a, b = _declared(a), _declared(b)
         if key == "grid" and isinstance(a, dict) and isinstance(b, dict):
             said += [f"grid {axis}: {_words(a.get(axis))} -> {_words(b.get(axis))}" for axis in dict.fromkeys([*a, *b])
                      if a.get(axis) != b.get(axis)]

@@ -30,6 +30,13 @@ then describe the per-seed differences, and both settings must hold the same see
 
     <!--q lm_reference mixit test.loss .2 mean minus standard-->0.09<!--/q-->
 
+A verdict is a quote too: the word a page writes for a claim (agrees, does not, no order at
+this budget, unconverged, or a success rate), computed by a stated rule from the same
+records, with the rule's parameters declared in the sweep file (`sweep.verdict`); the rules
+are in modformer/sweep/verdict.py:
+
+    <!--q retrieval_budget frozen_qk train.steps=3200 test.accuracy verdict=solves vs standard-->does not<!--/q-->
+
 A sweep of another kind of run is read the same way: an LLM-Modules sweep's arms are its
 variants:
 
@@ -69,12 +76,15 @@ from typing import Any
 import yaml
 
 from ..commands import describe_parser
+from ..configtools import from_dict
 from .bench_records import bench_value, read_bench, read_record_lines
 from ..errors import ModformerError
 from ..files import atomic_write_text
 from ..stats import metric_bounds, rate_interval, summarize
 from ..train.records import read_records
+from .kinds import saved_sweep
 from .runner import read_results
+from .verdict import COMPARING, RULES, VerdictConfig, verdict
 
 QUOTE = re.compile(r"<!--q (?P<spec>[^>]*?)-->(?P<value>.*?)<!--/q-->", re.S)
 FLAGS = {"ci", "mean", "seeds", "min", "max", "range", "n"}
@@ -130,6 +140,14 @@ class Records:
         self.root = root
         self._runs: dict[str, list[dict[str, Any]]] = {}
         self._bench: dict[str, list[dict[str, Any]]] = {}
+        self._verdicts: dict[str, VerdictConfig] = {}
+
+    def verdict(self, folder: str) -> VerdictConfig:
+        """The parameters of a sweep folder's verdicts (`sweep.verdict` of its sweep.yaml), read once."""
+        if folder not in self._verdicts:
+            sweep = saved_sweep(self.root / folder).get("sweep") or {}
+            self._verdicts[folder] = from_dict(VerdictConfig, sweep.get("verdict"), "sweep.verdict")
+        return self._verdicts[folder]
 
     def bench(self, file: str) -> list[dict[str, Any]]:
         """The rows of a benchmark record (or the lines of a JSON-lines one), read once."""
@@ -255,13 +273,13 @@ def render(spec: str, records: Records) -> str:
     if len(words) < 4:
         raise ModformerError(f"quote '{spec}': expected FOLDER VARIANT [KEY=VALUE ...] METRIC FORMAT [FLAG]")
     folder, variant, *rest = words
-    minus = None
-    if "minus" in rest:
-        at = rest.index("minus")
-        rest, minus = rest[:at], rest[at + 1:]
-        if not minus or "=" in minus[0] or any("=" not in w for w in minus[1:]):
-            raise ModformerError(f"quote '{spec}': 'minus' takes a variant, then only KEY=VALUE words")
+    rest, vs = _other(spec, rest, "vs")
+    rest, minus = _other(spec, rest, "minus")
     where = _grid_values(rest)
+    if rest and rest[-1].startswith("verdict="):
+        return _render_verdict(spec, folder, variant, where, rest, minus, vs, records)
+    if vs is not None:
+        raise ModformerError(f"quote '{spec}': 'vs' names the reference of a verdict (verdict=solves)")
     if len(rest) not in (2, 3) or not re.fullmatch(r"[%.,]\d", rest[1]):
         raise ModformerError(f"quote '{spec}': expected METRIC then %N, .N or ,N then at most one flag "
                              f"({', '.join(sorted(FLAGS))})")
@@ -272,22 +290,62 @@ def render(spec: str, records: Records) -> str:
                      _threshold(spec, flag))
     if flag is not None and flag not in FLAGS:
         raise ModformerError(f"quote '{spec}': unknown flag '{flag}' (known: {', '.join(sorted(FLAGS))})")
-    runs = records.runs(folder, variant, where)
-    folder_path = records.root / folder
-    values = [_metric(r, metric, folder_path) for r in runs]
-    bounds = metric_bounds(metric)
-    if minus is not None:
-        other_where = {**where, **_grid_values(minus[1:])}
-        others = {r["seed"]: _metric(r, metric, folder_path) for r in records.runs(folder, minus[0], other_where)}
-        seeds = [r["seed"] for r in runs]
-        if sorted(others) != seeds:
-            raise ModformerError(f"quote '{spec}': a difference is paired by seed, but {variant} has seeds {seeds} "
-                                 f"and {minus[0]} {sorted(others)}")
-        values = [v - others[seed] for v, seed in zip(values, seeds)]
-        bounds = None  # a difference may take either sign
+    values = _values(spec, records, folder, variant, where, metric, minus)
+    bounds = metric_bounds(metric) if minus is None else None  # a difference may take either sign
     if flag == "n":
         return str(len(values))
     return _figure(values, fmt[0], int(fmt[1]), flag, bounds)
+
+
+def _other(spec: str, words: list[str], keyword: str) -> tuple[list[str], list[str] | None]:
+    """`words` split at `keyword` (minus, vs): the words before it, and the setting after it
+    (a variant, then only KEY=VALUE words) up to the next keyword; None where it is absent."""
+    if keyword not in words:
+        return words, None
+    at = words.index(keyword)
+    end = next((i for i in range(at + 1, len(words)) if words[i] in ("minus", "vs")), len(words))
+    other = words[at + 1:end]
+    if not other or "=" in other[0] or any("=" not in w for w in other[1:]):
+        raise ModformerError(f"quote '{spec}': '{keyword}' takes a variant, then only KEY=VALUE words")
+    return words[:at] + words[end:], other
+
+
+def _values(spec: str, records: Records, folder: str, variant: str, where: dict[str, Any], metric: str,
+            minus: list[str] | None) -> list[float]:
+    """One setting's metric per seed, in seed order; with `minus`, the differences from the
+    other setting (its grid values over the first's), paired by seed."""
+    runs = records.runs(folder, variant, where)
+    folder_path = records.root / folder
+    values = [_metric(r, metric, folder_path) for r in runs]
+    if minus is None:
+        return values
+    other_where = {**where, **_grid_values(minus[1:])}
+    others = {r["seed"]: _metric(r, metric, folder_path) for r in records.runs(folder, minus[0], other_where)}
+    seeds = [r["seed"] for r in runs]
+    if sorted(others) != seeds:
+        raise ModformerError(f"quote '{spec}': a difference is paired by seed, but {variant} has seeds {seeds} "
+                             f"and {minus[0]} {sorted(others)}")
+    return [v - others[seed] for v, seed in zip(values, seeds)]
+
+
+def _render_verdict(spec: str, folder: str, variant: str, where: dict[str, Any], rest: list[str],
+                    minus: list[str] | None, vs: list[str] | None, records: Records) -> str:
+    """A verdict word: FOLDER VARIANT [KEY=VALUE ...] METRIC verdict=RULE [minus|vs VARIANT ...]."""
+    rule = rest[-1].split("=", 1)[1]
+    if len(rest) != 2 or rule not in RULES:
+        raise ModformerError(f"quote '{spec}': expected METRIC then verdict=RULE, a rule of {', '.join(RULES)}")
+    if (rule in COMPARING) != (minus is not None):
+        raise ModformerError(f"quote '{spec}': verdict={rule} " + ("compares two settings: name the second with "
+                             "'minus'" if rule in COMPARING else "judges one setting; a difference takes below, "
+                             "above or equal"))
+    if vs is not None and rule != "solves":
+        raise ModformerError(f"quote '{spec}': 'vs' names the reference of verdict=solves only")
+    values = _values(spec, records, folder, variant, where, rest[0], minus)
+    if rule in COMPARING and len(values) < 2:
+        raise ModformerError(f"quote '{spec}': a difference's verdict needs at least 2 seeds, got {len(values)}")
+    reference = None if vs is None else _values(spec, records, folder, vs[0], {**where, **_grid_values(vs[1:])},
+                                                rest[0], None)
+    return verdict(rule, values, records.verdict(folder), folder, reference)
 
 
 def _grid_values(words: list[str]) -> dict[str, Any]:

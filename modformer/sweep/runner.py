@@ -38,7 +38,8 @@ from .kinds import check_format, python_command, read_summary, run_kind, saved_s
 from .plan import amend_plan, check_plan, fix_plan
 from .spec import RunSpec, Sweep
 
-IGNORED_WHEN_RESUMING = {"workers", "launcher", "slurm", "paper"}  # sweep keys that may change between invocations
+# Sweep keys that may change between invocations (verdict: as a plan's amendment, modformer/sweep/plan.py).
+IGNORED_WHEN_RESUMING = {"workers", "launcher", "slurm", "paper", "verdict"}
 # Disk set aside past the end of each run's log when it is started (files.reserve).
 LOG_RESERVE = 64 * 1024
 
@@ -256,6 +257,17 @@ class SweepRunner:
                        busy="{path}: another sweep is running this folder ({holder}); let it finish, or follow it "
                             "with modformer sweep --status"):
             return self._run()
+
+    def record_plan(self) -> Path:
+        """Record the sweep (sweep.yaml), its plan (plan.yaml, or an amendment where `amend`
+        says why) and the command, and start nothing: a plan fixed before its first run, or
+        the parameters of its verdicts declared after its runs. Returns plan.yaml's path."""
+        self.sweep.runs()  # every run's config checked
+        self._create_folder()
+        with take_lock(self.out / "sweep.lock", wait=False,
+                       busy="{path}: another sweep is running this folder ({holder}); record its plan when it ends"):
+            self._check_same_sweep()
+        return self.out / "plan.yaml"
 
     def _run(self) -> dict[str, dict[str, Any]]:
         runs, todo = self.pending()

@@ -51,6 +51,7 @@ from ..errors import ConfigError
 from .kinds import RUN_KINDS, run_kind
 from .sections import check_paper
 from .slurm_config import Launcher, SlurmConfig
+from .verdict import VerdictConfig
 from ..version import RECORDS_FORMAT, records_format_problem
 
 
@@ -79,6 +80,9 @@ class SweepConfig:
                                      "list), for "
                                      "a sweep its runs' construction does not already tie to it: the report adds "
                                      "that paper's sections (e.g. each run's budget against its reference scripts')")
+    verdict: VerdictConfig = option(
+        default_factory=VerdictConfig, help="the parameters of the verdicts its pages quote (a success threshold, an "
+                                            "equality margin: modformer/sweep/verdict.py), part of its plan")
 
     def __post_init__(self) -> None:
         if not self.variants:

@@ -1,0 +1,111 @@
+"""Verdicts computed from the records: the word a results page writes for a claim, by the rule
+the page states, with the rule's parameters declared in the sweep file.
+
+A verdict is a quote (modformer/sweep/quote.py) whose last word is `verdict=RULE`; it names
+the claim's setting as any quote does, then, for a rule that compares, `minus` (a paired
+difference) or `vs` (a reference that must succeed at the same setting):
+
+    <!--q retrieval_budget frozen_qk train.steps=3200 test.accuracy verdict=solves vs standard-->does not<!--/q-->
+    <!--q lm knowledge train.lr=0.001 test.loss verdict=equal minus standard-->no order at this budget<!--/q-->
+
+Rules (`RULES`), each reading its parameters from the sweep's `sweep.verdict` section
+(`VerdictConfig`: declared in the sweep file, recorded in the folder's sweep.yaml and plan):
+
+- `solves`: the claim that the setting solves the task; a seed solves it where its metric
+  exceeds `threshold`. **agrees**: every seed does. **unconverged**: a seed of the `vs`
+  reference does not (the budget, not the variant, may be why). **does not**: no seed does
+  (and, with `vs`, every reference seed does). Seeds split: the success rate, `k of n seeds
+  (p% [lo, hi])`, with its 95% Wilson interval.
+- `fails`: the claim that it fails: **agrees** where no seed exceeds `threshold`, **does
+  not** where every seed does, the success rate where they split.
+- `below`, `above` (with `minus`): the claim that the difference, paired by seed, is below
+  (above) 0: **agrees** where its 95% t interval lies on the claim's side of 0, **does not**
+  where it lies on the other, **no order at this budget** where it includes 0.
+- `equal` (with `minus`): **agrees** where the interval includes 0 and lies within
+  +-`margin` (the largest difference that counts as none, in the metric's own scale),
+  **does not** where it excludes 0, **no order at this budget** where it includes 0 but
+  reaches past the margin.
+
+A typed word that differs from the computed one fails `modformer quote --check`, as any
+quoted figure does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..configtools import option
+from ..errors import ModformerError
+from ..stats import rate_interval, summarize
+
+AGREES, DOES_NOT, NO_ORDER, UNCONVERGED = "agrees", "does not", "no order at this budget", "unconverged"
+
+
+@dataclass
+class VerdictConfig:
+    """`sweep.verdict`: the parameters of the verdict rules (modformer/sweep/verdict.py), part of
+    the sweep's plan (fixed before the runs; a later change is an amendment)."""
+
+    threshold: float | None = option(
+        None, "a seed succeeds where its metric exceeds this, in the metric's own scale (0.9: 90% accuracy); read "
+              "by the rules solves and fails; null: no success rule")
+    margin: float | None = option(
+        None, "the largest paired difference that counts as none, in the metric's own scale; read by the rule equal "
+              "(an interval within +-margin agrees with a claim of equality); null: equality is never claimed")
+
+    def __post_init__(self) -> None:
+        if self.margin is not None and not self.margin > 0:
+            raise ValueError(f"margin must be positive, got {self.margin}")
+
+
+RULES = ("solves", "fails", "below", "above", "equal")
+COMPARING = ("below", "above", "equal")  # rules of a paired difference (`minus`)
+
+
+def _parameter(params: VerdictConfig, name: str, rule: str, where: str) -> float:
+    value = getattr(params, name)
+    if value is None:
+        raise ModformerError(f"verdict={rule} reads sweep.verdict.{name}, which {where} does not declare: declare it "
+                             f"in the sweep file (modformer sweep ... sweep.verdict.{name}=VALUE --plan-only)")
+    return value
+
+
+def success_rate(values: list[float], threshold: float) -> str:
+    """'2 of 3 seeds (67% [21, 94])': the seeds past the threshold, with the 95% Wilson interval."""
+    k = sum(v > threshold for v in values)
+    low, high = rate_interval(k, len(values))
+    return f"{k} of {len(values)} seeds ({100 * k / len(values):.0f}% [{100 * low:.0f}, {100 * high:.0f}])"
+
+
+def verdict(rule: str, values: list[float], params: VerdictConfig, where: str,
+            reference: list[float] | None = None) -> str:
+    """The verdict word of `rule` on one setting's per-seed values (or, for a comparing rule,
+    its per-seed differences), by the parameters `params` of the sweep `where` names.
+
+    Args:
+        rule: one of `RULES`.
+        values: the metric per seed (a comparing rule: the paired differences per seed).
+        params: the sweep's `sweep.verdict`.
+        where: the sweep folder, named in errors.
+        reference: `solves` only: the `vs` reference's values per seed at the same setting.
+
+    Returns:
+        agrees, does not, no order at this budget, unconverged, or a success rate.
+    """
+    if rule in ("solves", "fails"):
+        threshold = _parameter(params, "threshold", rule, where)
+        solved = [v > threshold for v in values]
+        if rule == "solves" and reference is not None and not all(r > threshold for r in reference):
+            return UNCONVERGED
+        if all(solved) or not any(solved):
+            return AGREES if all(solved) == (rule == "solves") else DOES_NOT
+        return success_rate(values, threshold)
+    low, high = summarize(values).interval(None)
+    if rule == "equal":
+        margin = _parameter(params, "margin", rule, where)
+        if low > 0 or high < 0:
+            return DOES_NOT
+        return AGREES if -margin <= low and high <= margin else NO_ORDER
+    claim_side = high < 0 if rule == "below" else low > 0
+    other_side = low > 0 if rule == "below" else high < 0
+    return AGREES if claim_side else DOES_NOT if other_side else NO_ORDER

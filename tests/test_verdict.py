@@ -1,0 +1,125 @@
+"""Verdicts as quotes (modformer/sweep/verdict.py): the word a page writes for a claim is computed
+from the records by the stated rule, its parameters declared in the sweep file and planned;
+a wrong word typed fails `modformer quote --check`."""
+
+import json
+
+import pytest
+import yaml
+from scipy.stats import binomtest
+
+from modformer.cli import main
+from modformer.errors import ModformerError
+from modformer.sweep.quote import quote_file
+from modformer.sweep.verdict import VerdictConfig, verdict
+from modformer.version import RECORDS_FORMAT
+
+PARAMS = VerdictConfig(threshold=0.9, margin=0.05)
+
+
+@pytest.mark.parametrize("values, reference, word", [
+    ([0.95, 0.99, 1.0], None, "agrees"),
+    ([0.5, 0.49, 0.51], [1.0, 1.0, 0.99], "does not"),
+    ([0.5, 0.49, 0.51], None, "does not"),
+    ([0.99, 0.99, 0.99], [1.0, 0.5, 1.0], "unconverged"),  # the reference did not learn it: no test
+    ([0.5, 0.49, 0.51], [0.5, 0.5, 0.5], "unconverged"),
+])
+def test_solves(values, reference, word):
+    assert verdict("solves", values, PARAMS, "here", reference) == word
+
+
+def test_split_seeds_give_the_success_rate_with_its_wilson_interval():
+    low, high = binomtest(2, 3).proportion_ci(0.95, method="wilson")
+    assert verdict("solves", [0.99, 0.5, 0.95], PARAMS, "here") == \
+        f"2 of 3 seeds (67% [{100 * low:.0f}, {100 * high:.0f}])" == "2 of 3 seeds (67% [21, 94])"
+    assert verdict("fails", [0.99, 0.5, 0.95], PARAMS, "here") == "2 of 3 seeds (67% [21, 94])"
+    assert verdict("fails", [0.1, 0.5, 0.3], PARAMS, "here") == "agrees"
+    assert verdict("fails", [0.91, 0.95, 0.99], PARAMS, "here") == "does not"
+
+
+@pytest.mark.parametrize("rule, differences, word", [
+    ("below", [-0.3, -0.31, -0.29], "agrees"),
+    ("below", [0.3, 0.31, 0.29], "does not"),
+    ("below", [-0.3, 0.2, 0.05], "no order at this budget"),
+    ("above", [0.3, 0.31, 0.29], "agrees"),
+    ("equal", [0.001, -0.002, 0.0], "agrees"),  # within +-0.05
+    ("equal", [0.0, 0.0, 0.0], "agrees"),
+    ("equal", [0.3, 0.31, 0.29], "does not"),
+    ("equal", [-0.3, 0.2, 0.05], "no order at this budget"),  # includes 0, reaches past the margin
+])
+def test_paired_differences(rule, differences, word):
+    assert verdict(rule, differences, PARAMS, "here") == word
+
+
+def test_a_rule_whose_parameter_the_sweep_does_not_declare_is_refused_naming_it():
+    with pytest.raises(ModformerError, match=r"sweep.verdict.threshold.*--plan-only"):
+        verdict("solves", [1.0], VerdictConfig(), "folder")
+    with pytest.raises(ModformerError, match="sweep.verdict.margin"):
+        verdict("equal", [0.0, 0.1], VerdictConfig(threshold=0.9), "folder")
+
+
+def _sweep(root, verdict_params, accuracies):
+    """A sweep folder of two variants with the given per-seed test accuracies."""
+    folder = root / "s"
+    folder.mkdir()
+    sweep = {"variants": list(accuracies), "grid": {}, "seeds": [0, 1, 2], "verdict": verdict_params}
+    (folder / "sweep.yaml").write_text(yaml.safe_dump({"format": RECORDS_FORMAT, "sweep": sweep}))
+    lines = [json.dumps({"run_id": f"{v}/default/seed{s}", "run_dir": f"runs/{v}/default/seed{s}", "variant": v,
+                         "point": {}, "seed": s, "status": "done", "summary": {"test": {"accuracy": a}}})
+             for v, values in accuracies.items() for s, a in enumerate(values)]
+    (folder / "results.jsonl").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+def test_a_page_quotes_its_verdicts_and_a_planted_wrong_word_fails_the_check(tmp_path, capsys):
+    _sweep(tmp_path, {"threshold": 0.9, "margin": 0.02}, {"standard": [1.0, 0.99, 1.0], "frozen_qk": [0.5, 0.48, 0.5]})
+    page = tmp_path / "README.md"
+    rows = ["<!--q s frozen_qk test.accuracy verdict=solves vs standard-->does not<!--/q-->",
+            "<!--q s standard test.accuracy verdict=solves-->agrees<!--/q-->",
+            "<!--q s frozen_qk test.accuracy verdict=below minus standard-->agrees<!--/q-->",
+            "<!--q s frozen_qk test.accuracy verdict=equal minus standard-->does not<!--/q-->"]
+    page.write_text("\n".join(rows) + "\n")
+    assert quote_file(page, check=True) == []
+    page.write_text("\n".join([rows[0].replace(">does not<", ">agrees<"), *rows[1:]]) + "\n")  # typed, not computed
+    assert main(["quote", "--check", str(page)]) == 2
+    out = capsys.readouterr()
+    assert "'agrees' -> 'does not'" in out.out and "differ from their records" in out.err
+
+
+@pytest.mark.parametrize("spec, says", [
+    ("s frozen_qk test.accuracy verdict=below", "name the second with 'minus'"),
+    ("s frozen_qk test.accuracy verdict=solves minus standard", "judges one setting"),
+    ("s frozen_qk test.accuracy verdict=equal minus standard vs standard", "'vs' names the reference of verdict=solves"),
+    ("s frozen_qk test.accuracy verdict=wins", "a rule of solves, fails, below, above, equal"),
+    ("s frozen_qk test.accuracy .1 vs standard", "'vs' names the reference of a verdict"),
+])
+def test_a_malformed_verdict_is_refused_in_words(tmp_path, spec, says):
+    from modformer.sweep.quote import Records, render
+
+    _sweep(tmp_path, {"threshold": 0.9}, {"standard": [1.0, 0.99, 1.0], "frozen_qk": [0.5, 0.48, 0.5]})
+    with pytest.raises(ModformerError, match=says.replace("(", r"\(")):
+        render(spec, Records(tmp_path))
+
+
+def test_the_verdicts_parameters_are_planned_an_amendment_after_the_runs(tmp_path, capsys):
+    """Declared at the first launch they are the plan's; declared later (--plan-only, starting
+    nothing) only as an amendment with its reason, which the report shows."""
+    config = tmp_path / "sweep.yaml"
+    config.write_text(yaml.safe_dump({
+        "model": {"d_model": 16, "n_heads": 2}, "task": {"name": "retrieval", "n_pairs": 2, "test_size": 20,
+                                                       "validation_size": 10},
+        "train": {"steps": 2, "batch_size": 4}, "sweep": {"variants": ["standard"], "seeds": [0]}}))
+    out = tmp_path / "out"
+    assert main(["sweep", str(config), "sweep.verdict.threshold=0.9", "--plan-only", "--out", str(out)]) == 0
+    assert not (out / "runs").exists() and not (out / "results.jsonl").exists()  # nothing started
+    plan = yaml.safe_load((out / "plan.yaml").read_text())
+    assert plan["plan"]["verdict"] == {"threshold": 0.9} and plan["amendments"] == []
+    capsys.readouterr()
+    assert main(["sweep", str(config), "sweep.verdict.threshold=0.8", "--plan-only", "--out", str(out)]) == 2
+    assert "--amend REASON" in capsys.readouterr().err
+    assert main(["sweep", str(config), "sweep.verdict.threshold=0.8", "--plan-only", "--amend", "the page's rule",
+                 "--out", str(out)]) == 0
+    amendment = yaml.safe_load((out / "plan.yaml").read_text())["amendments"][0]
+    assert amendment["reason"] == "the page's rule" and amendment["changed"] == ['verdict: {"threshold": 0.9} -> '
+                                                                                 '{"threshold": 0.8}']
+    assert "--plan-only" in (out / "commands.txt").read_text().splitlines()[-1]
