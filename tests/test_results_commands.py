@@ -45,8 +45,10 @@ def parse(line: str) -> tuple[str, list[str], list[str]]:
     for word in rest:
         if word == "--profile":
             profiles.append(next(rest))
-        elif word in ("--out", "--workers"):
+        elif word in ("--out", "--workers", "--amend"):
             next(rest)
+        elif word == "--plan-only":  # recorded the plan (an amendment) and ran nothing: what it names is checked alike
+            pass
         else:
             assert not word.startswith("--"), f"{word} in {line}"
             overrides.append(word)
