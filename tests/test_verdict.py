@@ -123,3 +123,34 @@ def test_the_verdicts_parameters_are_planned_an_amendment_after_the_runs(tmp_pat
     assert amendment["reason"] == "the page's rule" and amendment["changed"] == ['verdict: {"threshold": 0.9} -> '
                                                                                  '{"threshold": 0.8}']
     assert "--plan-only" in (out / "commands.txt").read_text().splitlines()[-1]
+
+
+def test_with_a_span_a_failure_needs_a_flat_budget_curve():
+    """The random-attention page's rule: 'does not' only over a 16x curve that stays failed and
+    flat; a failure at one budget, on a short curve or a rising one is 'unconverged'."""
+    params = VerdictConfig(threshold=0.9, span=16, flat=0.02)
+    flat = [(200, [0.5, 0.49, 0.5]), (800, [0.5, 0.5, 0.49]), (3200, [0.5, 0.49, 0.5])]
+    assert verdict("solves", flat[-1][1], params, "here", curve=flat) == "does not"
+    assert verdict("solves", flat[-1][1], params, "here") == "unconverged"  # no curve
+    assert verdict("solves", flat[-1][1], params, "here", curve=flat[1:]) == "unconverged"  # 4x only
+    rising = [*flat[:2], (3200, [0.6, 0.62, 0.61])]
+    assert verdict("solves", rising[-1][1], params, "here", curve=rising) == "unconverged"
+    assert verdict("solves", [1.0, 1.0, 0.99], params, "here", curve=flat) == "agrees"
+    assert verdict("below", [0.3, 0.31, 0.29], params, "here") == "unconverged"  # against the claim, one budget
+    assert verdict("fails", [0.99, 0.95, 0.97], params, "here") == "does not"  # solved: more budget would not undo it
+
+
+def test_a_verdict_over_a_budget_axis_reads_the_curve_of_the_records(tmp_path):
+    from modformer.sweep.quote import Records, render
+
+    folder = tmp_path / "s"
+    folder.mkdir()
+    sweep = {"variants": ["frozen_qk"], "grid": {"train.steps": [200, 3200]}, "seeds": [0, 1],
+             "verdict": {"threshold": 0.9, "span": 16}}
+    (folder / "sweep.yaml").write_text(yaml.safe_dump({"format": RECORDS_FORMAT, "sweep": sweep}))
+    lines = [json.dumps({"run_id": f"frozen_qk/train.steps={b}/seed{s}", "run_dir": "x", "variant": "frozen_qk",
+                         "point": {"train.steps": b}, "seed": s, "status": "done",
+                         "summary": {"test": {"accuracy": 0.5}}}) for b in (200, 3200) for s in (0, 1)]
+    (folder / "results.jsonl").write_text("\n".join(lines) + "\n")
+    assert render("s frozen_qk test.accuracy verdict=solves over train.steps", Records(tmp_path)) == "does not"
+    assert render("s frozen_qk train.steps=3200 test.accuracy verdict=solves", Records(tmp_path)) == "unconverged"

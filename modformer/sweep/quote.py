@@ -160,12 +160,7 @@ class Records:
         """The seeds of one setting: the finished runs of `variant` in `folder` whose grid
         point has the `where` values (`seed` is the run's seed, not a grid key), refused
         where they hold two points or none."""
-        if folder not in self._runs:
-            path = self.root / folder
-            if not (path / "results.jsonl").is_file():
-                raise ModformerError(f"{path} holds no sweep records (results.jsonl)")
-            self._runs[folder] = _read_runs(path)
-        runs = [r for r in self._runs[folder] if r["variant"] == variant
+        runs = [r for r in self._finished(folder) if r["variant"] == variant
                 and all((r["seed"] if k == "seed" else r["point"].get(k)) == v for k, v in where.items())]
         points = sorted({repr(sorted(r["point"].items())) for r in runs})
         if not runs:
@@ -174,6 +169,24 @@ class Records:
             raise ModformerError(f"{folder}: {variant} at {where or 'any point'} holds {len(points)} grid points "
                                  f"({'; '.join(points)}); name the point's values")
         return sorted(runs, key=lambda r: r["seed"])
+
+    def _finished(self, folder: str) -> list[dict[str, Any]]:
+        """The finished runs of a sweep folder, read once."""
+        if folder not in self._runs:
+            path = self.root / folder
+            if not (path / "results.jsonl").is_file():
+                raise ModformerError(f"{path} holds no sweep records (results.jsonl)")
+            self._runs[folder] = _read_runs(path)
+        return self._runs[folder]
+
+    def values_of(self, folder: str, variant: str, where: dict[str, Any], axis: str) -> list[Any]:
+        """The values of grid axis `axis` at which `variant` has finished runs with the `where`
+        values, increasing (a budget curve's budgets)."""
+        found = {r["point"][axis] for r in self._finished(folder) if r["variant"] == variant and axis in r["point"]
+                 and all((r["seed"] if k == "seed" else r["point"].get(k)) == v for k, v in where.items())}
+        if not found:
+            raise ModformerError(f"{folder} has no finished run of {variant} along {axis} at {where or 'any point'}")
+        return sorted(found)
 
 
 def _number(v: float, kind: str, digits: int) -> str:
@@ -276,7 +289,7 @@ def render(spec: str, records: Records) -> str:
     rest, vs = _other(spec, rest, "vs")
     rest, minus = _other(spec, rest, "minus")
     where = _grid_values(rest)
-    if rest and rest[-1].startswith("verdict="):
+    if any(w.startswith("verdict=") for w in rest):
         return _render_verdict(spec, folder, variant, where, rest, minus, vs, records)
     if vs is not None:
         raise ModformerError(f"quote '{spec}': 'vs' names the reference of a verdict (verdict=solves)")
@@ -330,7 +343,14 @@ def _values(spec: str, records: Records, folder: str, variant: str, where: dict[
 
 def _render_verdict(spec: str, folder: str, variant: str, where: dict[str, Any], rest: list[str],
                     minus: list[str] | None, vs: list[str] | None, records: Records) -> str:
-    """A verdict word: FOLDER VARIANT [KEY=VALUE ...] METRIC verdict=RULE [minus|vs VARIANT ...]."""
+    """A verdict word: FOLDER VARIANT [KEY=VALUE ...] METRIC verdict=RULE [over AXIS]
+    [minus|vs VARIANT ...]."""
+    axis = None
+    if "over" in rest:
+        at = rest.index("over")
+        if at + 2 != len(rest):
+            raise ModformerError(f"quote '{spec}': 'over' takes one grid axis, the budget curve's (e.g. train.steps)")
+        rest, axis = rest[:at], rest[at + 1]
     rule = rest[-1].split("=", 1)[1]
     if len(rest) != 2 or rule not in RULES:
         raise ModformerError(f"quote '{spec}': expected METRIC then verdict=RULE, a rule of {', '.join(RULES)}")
@@ -340,12 +360,19 @@ def _render_verdict(spec: str, folder: str, variant: str, where: dict[str, Any],
                              "above or equal"))
     if vs is not None and rule != "solves":
         raise ModformerError(f"quote '{spec}': 'vs' names the reference of verdict=solves only")
+    curve = None
+    if axis is not None:
+        if rule != "solves" or axis in where:
+            raise ModformerError(f"quote '{spec}': 'over AXIS' reads verdict=solves along a grid axis it does not fix")
+        budgets = records.values_of(folder, variant, where, axis)
+        curve = [(b, _values(spec, records, folder, variant, {**where, axis: b}, rest[0], None)) for b in budgets]
+        where = {**where, axis: budgets[-1]}  # the verdict is read at the largest budget
     values = _values(spec, records, folder, variant, where, rest[0], minus)
     if rule in COMPARING and len(values) < 2:
         raise ModformerError(f"quote '{spec}': a difference's verdict needs at least 2 seeds, got {len(values)}")
     reference = None if vs is None else _values(spec, records, folder, vs[0], {**where, **_grid_values(vs[1:])},
                                                 rest[0], None)
-    return verdict(rule, values, records.verdict(folder), folder, reference)
+    return verdict(rule, values, records.verdict(folder), folder, reference, curve)
 
 
 def _grid_values(words: list[str]) -> dict[str, Any]:

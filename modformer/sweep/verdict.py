@@ -15,7 +15,11 @@ Rules (`RULES`), each reading its parameters from the sweep's `sweep.verdict` se
   exceeds `threshold`. **agrees**: every seed does. **unconverged**: a seed of the `vs`
   reference does not (the budget, not the variant, may be why). **does not**: no seed does
   (and, with `vs`, every reference seed does). Seeds split: the success rate, `k of n seeds
-  (p% [lo, hi])`, with its 95% Wilson interval.
+  (p% [lo, hi])`, with its 95% Wilson interval. Where the sweep declares `span`, a failure
+  counts only over a budget curve (`over AXIS`: the grid axis of budgets, the verdict read
+  at its largest value): **does not** where no seed solves it at any budget, the budgets
+  span at least `span` (16: largest / smallest) and the mean moved by at most `flat` between
+  the last two; otherwise **unconverged** (no curve, too short a one, or one still moving).
 - `fails`: the claim that it fails: **agrees** where no seed exceeds `threshold`, **does
   not** where every seed does, the success rate where they split.
 - `below`, `above` (with `minus`): the claim that the difference, paired by seed, is below
@@ -24,7 +28,8 @@ Rules (`RULES`), each reading its parameters from the sweep's `sweep.verdict` se
 - `equal` (with `minus`): **agrees** where the interval includes 0 and lies within
   +-`margin` (the largest difference that counts as none, in the metric's own scale),
   **does not** where it excludes 0, **no order at this budget** where it includes 0 but
-  reaches past the margin.
+  reaches past the margin. Where the sweep declares `span`, a difference against the claim
+  of `below`, `above` or `equal` at one budget is **unconverged** (no curve shows it holds).
 
 A typed word that differs from the computed one fails `modformer quote --check`, as any
 quoted figure does.
@@ -53,9 +58,18 @@ class VerdictConfig:
         None, "the largest paired difference that counts as none, in the metric's own scale; read by the rule equal "
               "(an interval within +-margin agrees with a claim of equality); null: equality is never claimed")
 
+    span: float | None = option(
+        None, "where set, a claim fails ('does not') only over a budget curve whose largest budget is at least this "
+              "many times its smallest (16: the random-attention page's 16x), flat at its end (see flat); a failure "
+              "without one is 'unconverged'; null: one budget decides")
+    flat: float | None = option(None, "the largest change of the mean between a curve's last two budgets that counts "
+                                      "as flat, in the metric's own scale (read with span); null: any change")
+
     def __post_init__(self) -> None:
         if self.margin is not None and not self.margin > 0:
             raise ValueError(f"margin must be positive, got {self.margin}")
+        if self.span is not None and not self.span >= 1:
+            raise ValueError(f"span must be at least 1, got {self.span}")
 
 
 RULES = ("solves", "fails", "below", "above", "equal")
@@ -78,7 +92,7 @@ def success_rate(values: list[float], threshold: float) -> str:
 
 
 def verdict(rule: str, values: list[float], params: VerdictConfig, where: str,
-            reference: list[float] | None = None) -> str:
+            reference: list[float] | None = None, curve: list[tuple[float, list[float]]] | None = None) -> str:
     """The verdict word of `rule` on one setting's per-seed values (or, for a comparing rule,
     its per-seed differences), by the parameters `params` of the sweep `where` names.
 
@@ -88,6 +102,8 @@ def verdict(rule: str, values: list[float], params: VerdictConfig, where: str,
         params: the sweep's `sweep.verdict`.
         where: the sweep folder, named in errors.
         reference: `solves` only: the `vs` reference's values per seed at the same setting.
+        curve: `solves` only: (budget, values per seed) at every budget of the curve, in
+            increasing budget, `values` being the last's; None: no curve.
 
     Returns:
         agrees, does not, no order at this budget, unconverged, or a success rate.
@@ -98,14 +114,29 @@ def verdict(rule: str, values: list[float], params: VerdictConfig, where: str,
         if rule == "solves" and reference is not None and not all(r > threshold for r in reference):
             return UNCONVERGED
         if all(solved) or not any(solved):
-            return AGREES if all(solved) == (rule == "solves") else DOES_NOT
+            if all(solved) == (rule == "solves"):
+                return AGREES
+            # a setting that solves the task where the claim is that it fails: more budget would not undo it
+            flat = rule == "fails" or params.span is None or _flat_failure(curve, threshold, params)
+            return DOES_NOT if flat else UNCONVERGED
         return success_rate(values, threshold)
     low, high = summarize(values).interval(None)
     if rule == "equal":
         margin = _parameter(params, "margin", rule, where)
         if low > 0 or high < 0:
-            return DOES_NOT
+            return DOES_NOT if params.span is None else UNCONVERGED
         return AGREES if -margin <= low and high <= margin else NO_ORDER
     claim_side = high < 0 if rule == "below" else low > 0
     other_side = low > 0 if rule == "below" else high < 0
-    return AGREES if claim_side else DOES_NOT if other_side else NO_ORDER
+    return AGREES if claim_side else (DOES_NOT if params.span is None else UNCONVERGED) if other_side else NO_ORDER
+
+
+def _flat_failure(curve: list[tuple[float, list[float]]] | None, threshold: float, params: VerdictConfig) -> bool:
+    """Whether a failure holds over a budget curve: no seed past the threshold at any budget,
+    the budgets spanning `span`, the mean flat (`flat`) between the last two."""
+    if not curve or len(curve) < 2 or curve[0][0] <= 0 or curve[-1][0] / curve[0][0] < params.span:
+        return False
+    if any(v > threshold for _, values in curve for v in values):
+        return False
+    means = [sum(values) / len(values) for _, values in curve[-2:]]
+    return params.flat is None or abs(means[1] - means[0]) <= params.flat
