@@ -47,8 +47,8 @@ def parse(line: str) -> tuple[str, list[str], list[str]]:
             profiles.append(next(rest))
         elif word in ("--out", "--workers", "--amend"):
             next(rest)
-        elif word == "--plan-only":  # recorded the plan (an amendment) and ran nothing: what it names is checked alike
-            pass
+        elif word == "--plan-only":  # recorded the plan (an amendment) and started no run
+            overrides.append(word)
         else:
             assert not word.startswith("--"), f"{word} in {line}"
             overrides.append(word)
@@ -73,6 +73,9 @@ def check_commands(folder: Path) -> None:
     rebuilt, kind = set(), kind_of(folder)
     for line in filter(str.strip, (folder / "commands.txt").read_text().splitlines()):
         config, profiles, overrides = parse(line)
+        if "--plan-only" in overrides:  # it recorded a plan and started no run: it must still load
+            assert load_sweep(config, [o for o in overrides if o != "--plan-only"], profiles).runs()
+            continue
         for run in load_sweep(config, overrides, profiles).runs():
             if run.run_id not in runs:
                 continue  # a command may name runs that another folder holds, or none yet
