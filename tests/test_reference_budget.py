@@ -30,7 +30,8 @@ def test_budget_is_stated_in_the_reference_scripts_unit():
     from modformer.papers.random_attention.budget import budget, budget_text
     b = budget(reference("mixit", ("train.batch_size", 256)).to_dict())
     assert b == {"sequences": 200 * 256, "amount": 200 * 256, "unit": "sequences", "paper": 100_000_000,
-                 "script": "depth.py", "fraction": 51_200 / 100_000_000, "width": D, "width_fraction": D / 512}
+                 "script": "depth.py", "fraction": 51_200 / 100_000_000, "width": D, "width_fraction": D / 512,
+                 "reference_width": 512}
     assert budget_text(b) == "51,200 sequences (0.0512% of depth.py's 1e+08), width 64 (0.125x the paper's 512)"
     # Language modelling counts tokens against the reference README's 40,000 x 512 x 256;
     # sentiment reviews against its classifier command's 3,000 x 32.
@@ -39,6 +40,8 @@ def test_budget_is_stated_in_the_reference_scripts_unit():
     assert budget_text(lm).startswith("204,800 tokens (0.00391% of trainer.py's 5.24e+09)")
     reviews = budget(reference("mixit", ("train.batch_size", 32), trainer="trainer_classifier.py").to_dict())
     assert (reviews["amount"], reviews["unit"], reviews["fraction"]) == (6_400, "sequences", 6_400 / 96_000)
+    # ... whose command trains width 1,024 (n_embd=1024; its Slurm command's 512), not the paper's 512.
+    assert budget_text(reviews).endswith(f"width {D} ({D / 1024:.3g}x trainer_classifier.py's 1,024)")
     # Memorization against depth_array.sh's 500 steps of hdmemorize_exp.py's batch of 32,768.
     facts = budget(reference("mixit", ("train.batch_size", 512), trainer="hdmemorize_exp.py").to_dict())
     assert (facts["amount"], facts["unit"], facts["paper"]) == (200 * 512, "sequences", 500 * 32_768)

@@ -27,6 +27,7 @@ class ReferenceBudget:
     script: str  # the reference trainer: depth.py, hdmemorize_exp.py, trainer.py, trainer_classifier.py
     source: str
     other: str = ""
+    width: int = 512  # n_embd of the launch whose budget this is (the paper's 512 but for the classifier)
 
 
 def _depth_budget(task_file: str, train_size: int, why: str, max_steps: int = 500, other: str = "") -> ReferenceBudget:
@@ -67,9 +68,10 @@ REFERENCE_BUDGETS: dict[str, ReferenceBudget] = {
         "256 tokens: 1.05e+10"),
     "sentiment": ReferenceBudget(
         3_000 * 32, "sequences", CLASSIFIER,
-        "the reference README's trainer_classifier.py command: 3,000 steps of utils.py's default batch 32",
+        "the reference README's trainer_classifier.py command: 3,000 steps of utils.py's default batch 32, "
+        "n_embd 1,024",
         "the README's Slurm command (scripts/run_train_classifier.sh): 10,000 steps of 128 per device on 2 GPUs: "
-        "2.56e+06"),
+        "2.56e+06, n_embd 512", width=1024),
 }
 REFERENCE_WIDTH = 512
 # The random-attention paper's tasks, the only ones its budgets and width are compared with.
@@ -98,11 +100,13 @@ def budget(config: dict[str, Any]) -> dict[str, Any]:
     return {"sequences": sequences, "amount": amount, "unit": "sequences" if ref is None else ref.unit,
             "paper": None if ref is None else ref.amount, "script": None if ref is None else ref.script,
             "fraction": None if ref is None else amount / ref.amount, "width": width,
-            "width_fraction": width / REFERENCE_WIDTH if paper_task else None}
+            "width_fraction": width / (ref.width if ref else REFERENCE_WIDTH) if paper_task else None,
+            "reference_width": (ref.width if ref else REFERENCE_WIDTH) if paper_task else None}
 
 
 def budget_text(b: dict[str, Any]) -> str:
-    """'51,200 sequences (0.0512% of depth.py's 1e+08), width 64 (0.125x the paper's 512)', or
+    """'51,200 sequences (0.0512% of depth.py's 1e+08), width 64 (0.125x the paper's 512)' (the
+    classifier: 'width 128 (0.125x trainer_classifier.py's 1,024)', its README command's), or
     '51,200 sequences, width 64' for a task that no reference script trains. A budget recorded
     before scripts were named (an older run's summary, whose "paper" was another count) says
     its amount only; reports compute the budget from the run's config.yaml where it has one."""
@@ -110,7 +114,9 @@ def budget_text(b: dict[str, Any]) -> str:
     paper = b.get("paper") if "script" in b else None
     width = f"width {b['width']}"
     if b.get("width_fraction") is not None:
-        width += f" ({b['width'] / REFERENCE_WIDTH:.3g}x the paper's {REFERENCE_WIDTH})"
+        reference = b.get("reference_width") or REFERENCE_WIDTH
+        whose = "the paper's" if reference == REFERENCE_WIDTH else f"{b.get('script')}'s"
+        width += f" ({b['width'] / reference:.3g}x {whose} {reference:,})"
     if paper is None:
         return f"{amount:,} {unit}, {width}"
     script = b.get("script") or "the reference's"

@@ -45,9 +45,10 @@ def construction_section(sweep_dir: Path, variants: list[str], groups, chosen) -
 def reference_mark(config: dict[str, Any], axis: str) -> tuple[float, str] | None:
     """The reference script's budget (axis "amount") or the paper's width (axis "width") for a
     run of one of the paper's tasks."""
-    if axis == "width":
-        return (REFERENCE_WIDTH, f"the paper's width ({REFERENCE_WIDTH})") if task_name(config) in PAPER_TASKS \
-            else None
     ref = reference_budget(config)
+    if axis == "width":
+        width = ref.width if ref else REFERENCE_WIDTH
+        whose = "the paper's width" if width == REFERENCE_WIDTH else f"{ref.script}'s width"
+        return (width, f"{whose} ({width:,})") if task_name(config) in PAPER_TASKS else None
     return None if ref is None else (ref.amount, f"{ref.script}'s {ref.unit} (~{ref.amount:.3g})")
 
