@@ -10,6 +10,7 @@ import json
 import math
 
 import pytest
+import torch
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -152,3 +153,36 @@ def test_the_quote_fixture_renders_a_well_formed_spec(tmp_path, spec, want):
               "status": "done", "summary": {"test": {"accuracy": 0.5}}}
     (tmp_path / "sweep" / "results.jsonl").write_text(json.dumps(record) + "\n")
     assert render(spec, Records(tmp_path)) == want
+
+
+GENERATED = ["addition", "dyck", "khop", "memorization", "mqar", "repeat", "retrieval"]  # no corpus needed
+
+
+@settings(max_examples=40, deadline=None)
+@given(name=st.sampled_from(GENERATED), seed=st.integers(0, 2 ** 32), step=st.integers(0, 10 ** 6),
+       batch_size=st.integers(1, 24))
+def test_every_generated_task_is_a_pure_function_of_seed_and_step_within_its_vocabulary(name, seed, step, batch_size):
+    """Any seed and step: the same batch twice, of the task's length, every token and scored
+    target inside its vocabulary, every example scored somewhere, one slice value each, and no
+    training example equal to a held-out one (but in memorization, whose test set is every fact
+    it trains on: recall is the task)."""
+    from modformer.registry import TASKS
+    from modformer.tasks.base import IGNORE
+
+    cls = TASKS[name]
+    task = cls(cls.Config(test_size=20, validation_size=10))
+    batch = task.train_batch(seed, step, batch_size)
+    again = cls(cls.Config(test_size=20, validation_size=10)).train_batch(seed, step, batch_size)
+    assert batch.inputs.equal(again.inputs) and batch.targets.equal(again.targets)
+    assert all(batch.slices[k].equal(again.slices[k]) for k in batch.slices)
+    assert batch.inputs.shape == (batch_size, task.seq_len) == batch.targets.shape
+    assert 0 <= int(batch.inputs.min()) and int(batch.inputs.max()) < task.vocab_size
+    scored = batch.targets != IGNORE
+    assert scored.any(1).all()
+    assert 0 <= int(batch.targets[scored].min()) and int(batch.targets[scored].max()) < task.vocab_size
+    assert all(v.shape == (batch_size,) for v in batch.slices.values())
+    if name == "memorization":
+        return
+    held_out = {tuple(r) for split in (task.test_set(), task.validation_set())
+                for r in torch.cat([split.inputs, split.targets], 1).tolist()}
+    assert not held_out & {tuple(r) for r in torch.cat([batch.inputs, batch.targets], 1).tolist()}
