@@ -26,6 +26,7 @@ and each run's run.json) last, so a migration stopped midway is completed by run
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -264,20 +265,18 @@ def _rename_points(folder: Path, records: list[dict[str, Any]], done: Migrated) 
     moved to today's name, and the records naming them (results.jsonl, each run's recorded
     commands) rewritten; a folder already moved is left (a migration stopped midway
     completes). True where results.jsonl's records changed."""
-    moved: dict[str, str] = {}
     for kind in ("runs", "logs", "configs"):
         for arm in sorted(p for p in (folder / kind).iterdir() if p.is_dir()) if (folder / kind).is_dir() else []:
             for point in sorted(p for p in arm.iterdir() if p.is_dir()):
                 new = renamed_point(point.name)
                 if new != point.name and not (arm / new).exists():
                     point.rename(arm / new)
-                    moved[point.name] = new
                     done.changes.setdefault(f"{kind}/{arm.name}", []).append(f"{point.name} -> {new}")
-    for info in (folder / "runs").rglob("run.json") if moved and (folder / "runs").is_dir() else []:
+    # Each run's recorded commands name its folders by path: every segment in today's name (also
+    # where an earlier, interrupted migration moved the folder and stopped before this).
+    for info in (folder / "runs").rglob("run.json") if (folder / "runs").is_dir() else []:
         text = info.read_text()
-        rewritten = text
-        for old, new in moved.items():
-            rewritten = rewritten.replace(f"/{old}/", f"/{new}/")
+        rewritten = re.sub(r"(?<=/)[^/\"]+(?=/)", lambda m: renamed_point(m.group(0)), text)
         if rewritten != text:
             atomic_write_text(info, rewritten)
             done.changes.setdefault(str(info.relative_to(folder)), []).append("recorded commands: grid point renamed")

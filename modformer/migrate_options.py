@@ -25,32 +25,21 @@ from typing import Any
 
 import yaml
 
-from .registry import VARIANTS
+from .variants.base import fixed_mixer, model_mixer
 
 SECTIONS = ("attention", "mixing")  # former model sections, each named as the mixer that read it
 # Former dotted prefixes -> today's (grid axes, arm keys and recorded overrides).
 RENAMED_PREFIXES = {f"model.{name}.": "model.mixer_options." for name in SECTIONS}
 
 
-def _fixed_mixer(variant: Any) -> str | None:
-    """The mixer a variant is built with (MixiT: mixing), None for one that takes any."""
-    return VARIANTS[variant].mixer if isinstance(variant, str) and variant in VARIANTS else None
-
-
-def model_mixer(model: dict[str, Any]) -> str:
-    """The mixer a model section builds its blocks with: the variant's own, else model.mixer,
-    else attention."""
-    return _fixed_mixer(model.get("variant", "standard")) or model.get("mixer") or "attention"
-
-
 def _layer_mixer(model: dict[str, Any], entry: dict[str, Any]) -> str:
     """A `model.layers` entry's mixer, by the rules of modformer/variants/stack.py."""
-    fixed = _fixed_mixer(entry.get("variant") or model.get("variant", "standard"))
+    fixed = fixed_mixer(entry.get("variant") or model.get("variant", "standard"))
     if fixed:
         return fixed
     if entry.get("mixer"):
         return entry["mixer"]
-    return model_mixer(model) if _fixed_mixer(model.get("variant", "standard")) is None else "attention"
+    return model_mixer(model) if fixed_mixer(model.get("variant", "standard")) is None else "attention"
 
 
 def _merge(options: Any, section: dict[str, Any]) -> dict[str, Any]:
@@ -100,7 +89,7 @@ def config_sections(data: dict[str, Any], saved: bool) -> list[str]:
 
 
 def _arm_mixer(base: dict[str, Any], variant: str, settings: dict[str, Any]) -> str:
-    return _fixed_mixer(variant) or settings.get("model.mixer") or base.get("mixer") or "attention"
+    return fixed_mixer(variant) or settings.get("model.mixer") or base.get("mixer") or "attention"
 
 
 def renamed_point(name: str) -> str:
@@ -185,7 +174,7 @@ def command_sections(words: list[str]) -> list[str]:
         return changed
     # What each listed variant's mixer read of the overrides: option -> value as written.
     by_variant = {v: {w.partition("=")[0].rsplit(".", 1)[1]: w.partition("=")[2] for _, w in moved
-                      if w.startswith(f"model.{_fixed_mixer(v) or 'attention'}.")} for v in variants}
+                      if w.startswith(f"model.{fixed_mixer(v) or 'attention'}.")} for v in variants}
     first = by_variant[variants[0]]
     for i, _ in reversed(moved):
         del words[i]

@@ -133,6 +133,12 @@ def _read_runs(folder: Path) -> list[dict[str, Any]]:
     return [r for r in read_results(folder).values() if r["status"] == "done"]
 
 
+def _at(run: dict[str, Any], variant: str, where: dict[str, Any]) -> bool:
+    """Whether a finished run is `variant`'s with the `where` grid values (`seed`: its seed)."""
+    return run["variant"] == variant and all((run["seed"] if k == "seed" else run["point"].get(k)) == v
+                                             for k, v in where.items())
+
+
 class Records:
     """The finished runs of the sweep folders that a file quotes, each folder read once."""
 
@@ -160,8 +166,7 @@ class Records:
         """The seeds of one setting: the finished runs of `variant` in `folder` whose grid
         point has the `where` values (`seed` is the run's seed, not a grid key), refused
         where they hold two points or none."""
-        runs = [r for r in self._finished(folder) if r["variant"] == variant
-                and all((r["seed"] if k == "seed" else r["point"].get(k)) == v for k, v in where.items())]
+        runs = [r for r in self._finished(folder) if _at(r, variant, where)]
         points = sorted({repr(sorted(r["point"].items())) for r in runs})
         if not runs:
             raise ModformerError(f"{folder} has no finished run of {variant} at {where or 'any point'}")
@@ -182,8 +187,7 @@ class Records:
     def values_of(self, folder: str, variant: str, where: dict[str, Any], axis: str) -> list[Any]:
         """The values of grid axis `axis` at which `variant` has finished runs with the `where`
         values, increasing (a budget curve's budgets)."""
-        found = {r["point"][axis] for r in self._finished(folder) if r["variant"] == variant and axis in r["point"]
-                 and all((r["seed"] if k == "seed" else r["point"].get(k)) == v for k, v in where.items())}
+        found = {r["point"][axis] for r in self._finished(folder) if _at(r, variant, where) and axis in r["point"]}
         if not found:
             raise ModformerError(f"{folder} has no finished run of {variant} along {axis} at {where or 'any point'}")
         return sorted(found)

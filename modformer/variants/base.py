@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
@@ -47,6 +47,18 @@ class Variant:
     # (knowledge: its activation's FFN, which they fold into), the one model.ffn it accepts
     # besides the default; None: the variant builds the configured model.ffn.
     own_ffn: Callable[[ModelConfig], str] | None = None
+
+
+def fixed_mixer(variant: Any) -> str | None:
+    """The mixer a variant is built with (MixiT: mixing); None for one that takes any mixer,
+    or a name that is not a registered variant (its loader names that)."""
+    return VARIANTS[variant].mixer if isinstance(variant, str) and variant in VARIANTS else None
+
+
+def model_mixer(model: dict[str, Any]) -> Any:
+    """The mixer a raw or resolved model section builds its blocks with: its variant's own,
+    else model.mixer, else attention."""
+    return fixed_mixer(model.get("variant", "standard")) or model.get("mixer") or "attention"
 
 
 def same_model(a: Variant, b: Variant) -> bool:

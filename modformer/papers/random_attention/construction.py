@@ -30,6 +30,7 @@ from ...constructions import CONSTRUCTIONS, Construction
 from ...errors import ConfigError
 from ...model.config import ModelConfig
 from ...registry import MIXERS, VARIANTS
+from ...variants.base import model_mixer
 from ...tasks.base import TaskConfig
 
 
@@ -84,14 +85,6 @@ class Point:
         """The value for this config, as plain config data holds it (YAML has lists, not tuples)."""
         value = self.value(data) if callable(self.value) else self.value
         return list(value) if isinstance(value, tuple) else value
-
-
-def model_mixer(model: dict[str, Any]) -> Any:
-    """The mixer a raw or resolved model section builds with: its variant's own (MixiT's
-    mixing), else model.mixer, else attention."""
-    name = model.get("variant", "standard")
-    fixed = VARIANTS[name].mixer if isinstance(name, str) and name in VARIANTS else None
-    return fixed or model.get("mixer") or "attention"
 
 
 BOTH = ("vanilla", "mixing")

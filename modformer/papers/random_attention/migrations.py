@@ -7,7 +7,7 @@ import copy
 from typing import Any
 
 from ...migrate import rename_override
-from ...migrate_options import model_mixer
+from ...variants.base import model_mixer
 from .construction import is_reference
 
 
