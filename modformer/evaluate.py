@@ -11,7 +11,7 @@ from torch import nn
 
 from .config import RunConfig, config_from_dict
 from .configtools import apply_override
-from .errors import ModformerError
+from .errors import ConfigError, ModformerError
 from .precision import autocast
 from .registry import TASKS
 from .tasks.base import Batch, Task
@@ -81,6 +81,11 @@ def load_checkpoint_model(path: str | Path, overrides: Sequence[str] = ()) -> tu
     data = ckpt.meta.get("config")
     if not isinstance(data, dict):
         raise ModformerError(f"{path} records no config; it was not written by modformer")
+    try:
+        cfg = config_from_dict(data)
+    except ConfigError as e:  # an older modformer's checkpoint: say how to bring it up to date
+        raise ConfigError(f"{path}: the config it records is not read today ({e}); a run an older modformer wrote "
+                          f"is brought up to date by `modformer migrate RUN_DIR`") from None
     for assignment in overrides:
         apply_override(data, assignment)
     cfg = config_from_dict(data)

@@ -6,8 +6,9 @@ way) is rewritten once, here, rather than read by a compatibility path in every 
 migration is a function on one kind of record that changes it in place and says what it
 changed, in words:
 
-- `CONFIG`: fn(data, saved) on a run config as plain data (a run's own config.yaml with
-  `saved` true; a sweep's base config or a run's start config otherwise);
+- `CONFIG`: fn(data, saved) on a run config as plain data (a run's own config.yaml and the
+  config each of its checkpoints embeds with `saved` true; a sweep's base config or a run's
+  start config otherwise);
 - `SWEEP`: fn(data) on a sweep.yaml as plain data (its `sweep` section included);
 - `SUMMARY`: fn(summary, config) on a finished run's summary (summary.json and its copy in
   the sweep's results.jsonl), with the run's config.yaml as plain data (None where absent);
@@ -224,10 +225,31 @@ def _summary(summary: dict[str, Any], config: dict[str, Any] | None) -> list[str
     return [c for fn in SUMMARY for c in fn(summary, config)]
 
 
+def _checkpoints(run: Path, done: Migrated) -> None:
+    """The config each of a run's checkpoints embeds (what `modformer eval` and the analyses
+    build the model from), rewritten in place with its tensors untouched."""
+    from .errors import CheckpointError
+    from .train.checkpoint import list_checkpoints, rewrite_checkpoint_meta
+
+    def config(meta: dict[str, Any]) -> list[str]:
+        data = meta.get("config")
+        return [c for fn in CONFIG for c in fn(data, True)] if isinstance(data, dict) else []
+
+    for _, path in list_checkpoints(run / "checkpoints"):
+        try:
+            changed = rewrite_checkpoint_meta(path, config)
+        except CheckpointError as e:
+            raise ModformerError(f"cannot migrate {path}: {e}; move it out of the folder and migrate again "
+                                 f"(the files before it are already migrated)") from None
+        if changed:
+            done.changes[str(path.relative_to(done.folder))] = [f"embedded config: {c}" for c in changed]
+
+
 def _run_folder(run: Path, done: Migrated) -> dict[str, Any] | None:
-    """A run's own config (saved), its summary and its run.json's format stamp; returns the
-    config as migrated (None where the run has none)."""
+    """A run's own config (saved), its checkpoints' configs, its summary and its run.json's
+    format stamp; returns the config as migrated (None where the run has none)."""
     config = _config_file(run / "config.yaml", True, done) if (run / "config.yaml").is_file() else None
+    _checkpoints(run, done)
     if (run / "summary.json").is_file():
         summary = _read_json(run / "summary.json")
         changed = _summary(summary, config) if isinstance(summary, dict) else []
@@ -363,7 +385,8 @@ def migrate_arguments(p) -> None:
 
     describe_parser(p, "Rewrite folders an older modformer wrote (sweep folders, run folders, a paper's former "
                        "layouts) in today's records, once: former keys, task names and layouts, values since "
-                       f"written out; each stamped format {FORMAT}. Idempotent: a folder already up to date is left "
+                       "written out, also in the config each checkpoint embeds (its tensors untouched); each "
+                       f"stamped format {FORMAT}. Idempotent: a folder already up to date is left "
                        "as it is. A folder it does not recognise is refused, unchanged.")
     p.add_argument("folders", nargs="+", metavar="DIR", help="sweep or run folders")
     p.add_argument("--config", help="the sweep file that rebuilds a folder of a former layout that does not say its "

@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from modformer.cli import main
@@ -153,3 +154,38 @@ def test_a_run_folder_of_format_1_is_not_continued_until_migrated(tmp_path, caps
     err = capsys.readouterr().err
     assert f"holds records of format 1, not this modformer's {FORMAT}" in err and f"modformer migrate {run}" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_the_config_a_checkpoint_embeds_is_migrated_with_its_tensors_untouched(tmp_path, capsys):
+    from modformer.evaluate import load_run
+    from modformer.train.checkpoint import checkpoint_path, read_checkpoint, save_checkpoint
+    from modformer.variants import build_model
+
+    run = tmp_path / "run"
+    shutil.copytree(DATA / OLD[0] / "runs" / "mixit" / "train.lr=0.003" / "seed0", run)
+    old = yaml.safe_load((run / "config.yaml").read_text())  # task condattend, MixiT as mixer attention
+    today = tmp_path / "today"
+    shutil.copytree(run, today)
+    migrate(today)
+    cfg = config_from_dict(yaml.safe_load((today / "config.yaml").read_text()))
+    model = build_model(cfg.model, cfg.train.seed)
+    path = checkpoint_path(run / "checkpoints", 5)
+    path.parent.mkdir()
+    save_checkpoint(path, 5, model, None, {"config": old, "code_version": "old"})
+    assert main(["eval", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: the config it records is not read today" in err and "modformer migrate RUN_DIR" in err
+    assert len(err.strip().splitlines()) == 1
+
+    done = migrate(run)
+    assert done.changes[str(path.relative_to(run))] == ["embedded config: " + c for c in
+                                                         done.changes["config.yaml"]]
+    saved = read_checkpoint(path)
+    assert saved.meta["config"] == yaml.safe_load((run / "config.yaml").read_text())
+    assert saved.meta["code_version"] == "old" and saved.step == 5
+    loaded, _, task, step = load_run(run)
+    assert step == 5 and task.cfg.name == "retrieval"
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], tensor), name
+    before = path.read_bytes()
+    assert migrate(run).changes == {} and path.read_bytes() == before  # once

@@ -18,7 +18,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from safetensors import SafetensorError
@@ -115,6 +115,10 @@ def save_checkpoint(path: Path, step: int, model: nn.Module, optimizer: torch.op
     if optimizer is not None:
         tensors.update({f"optim.{k}": v for k, v in optimizer_tensors(optimizer, names).items()})
     tensors.update(rng_tensors())
+    _write(path, tensors, step, meta)
+
+
+def _write(path: Path, tensors: dict[str, torch.Tensor], step: int, meta: dict[str, Any]) -> None:
     metadata = {"format": FORMAT, "format_version": FORMAT_VERSION, "step": str(step), "sha256": digest(tensors),
                 **{k: json.dumps(v) for k, v in meta.items()}}
     try:
@@ -158,6 +162,19 @@ def read_checkpoint(path: Path) -> Checkpoint:
             raise CheckpointError(f"checkpoint {path} holds an unexpected tensor '{key}'")
         groups[prefix][key if prefix == "rng" else rest] = value
     return Checkpoint(step, groups["model"], groups["optim"], groups["rng"], meta)
+
+
+def rewrite_checkpoint_meta(path: Path, change: Callable[[dict[str, Any]], list[str]]) -> list[str]:
+    """Apply `change` to a checkpoint's metadata as plain data (its config, schedule, records;
+    not its step) and, where it says it changed something, write the checkpoint again in one
+    atomic replace with the same tensors. Returns what changed, in words (`modformer migrate`
+    brings the config a checkpoint embeds up to date this way)."""
+    ckpt = read_checkpoint(path)  # refuses a damaged or foreign file before anything is written
+    meta = json.loads(json.dumps(ckpt.meta))
+    changed = change(meta)
+    if changed:
+        _write(path, load_file(str(path)), ckpt.step, meta)
+    return changed
 
 
 def load_model_state(model: nn.Module, state: dict[str, torch.Tensor], source: Path | str) -> None:
