@@ -98,6 +98,10 @@ def test_quoted_figures_are_rewritten_from_the_records_and_checked(tmp_path, cap
     ("sweep standard train.lr=0.003 test.accuracy %1 minus train.lr=0.01", "'minus' takes a variant"),
     ("sweep standard train.lr=0.003 test.accuracy %1 minus mixit ci", "only KEY=VALUE"),
     ("sweep standard train.lr=0.003 test.accuracy %1 minus frozen_qk", "no finished run of frozen_qk"),
+    # a ratio: paired the same way, and nothing else besides
+    ("sweep standard train.lr=0.003 test.accuracy %1 of mixit", r"a ratio is paired by seed"),
+    ("sweep standard train.lr=0.003 test.accuracy %1 of standard train.lr=0.01 minus mixit", r"'of' \(a ratio\) takes"),
+    ("sweep standard train.lr=0.003 test.accuracy %1 above=0.9 of standard train.lr=0.01", r"'of' \(a ratio\) takes"),
 ])
 def test_a_quote_that_names_no_one_setting_is_refused(tmp_path, spec, message):
     sweep_folder(tmp_path, RUNS)
@@ -118,6 +122,17 @@ def test_a_difference_is_paired_by_seed_and_keeps_the_first_settings_values(tmp_
     assert ">-40%, -42%, -47%<" in text  # seed by seed, the first minus the second
     assert ">0.889<" in text  # (1 - 0.011) - (1 - 0.90)
     assert ">47%<" in text  # 0.97 - 0.5: the second keeps the first's seed=2, which it does not name
+
+
+def test_a_ratio_is_paired_by_seed_and_written_as_a_percentage(tmp_path):
+    sweep_folder(tmp_path, RUNS)
+    page = tmp_path / "README.md"
+    page.write_text(f"{quoted('sweep standard train.lr=0.003 test.accuracy %0 seeds of standard train.lr=0.01')} "
+                    f"{quoted('sweep mixit test.loss .4 mean of standard train.lr=0.003 seed=0')}\n")
+    quote_file(page)
+    text = page.read_text()
+    assert ">180%, 184%, 194%<" in text  # 0.90 / 0.5, 0.92 / 0.5, 0.97 / 0.5, seed by seed
+    assert ">9.8900<" in text  # (1 - 0.011) / (1 - 0.90)
 
 
 def test_a_bimodal_outcome_is_quoted_as_a_success_rate_with_its_wilson_interval(tmp_path):

@@ -30,6 +30,10 @@ then describe the per-seed differences, and both settings must hold the same see
 
     <!--q lm_reference mixit test.loss .2 mean minus standard-->0.09<!--/q-->
 
+and a ratio, paired the same way, appends `of` (a percentage format writes it as one):
+
+    <!--q ladder_sweep shared points=[[1,0.875]] parameters %0 of original-->90%<!--/q-->
+
 A verdict is a quote too: the word a page writes for a claim (agrees, does not, no order at
 this budget, unconverged, or a success rate), computed by a stated rule from the same
 records, with the rule's parameters declared in the sweep file (`sweep.verdict`); the rules
@@ -292,7 +296,10 @@ def render(spec: str, records: Records) -> str:
     folder, variant, *rest = words
     rest, vs = _other(spec, rest, "vs")
     rest, minus = _other(spec, rest, "minus")
+    rest, of = _other(spec, rest, "of")
     where = _grid_values(rest)
+    if of is not None and (minus is not None or any(w.startswith(("verdict=", "above=")) for w in rest)):
+        raise ModformerError(f"quote '{spec}': 'of' (a ratio) takes no 'minus', verdict or above= besides")
     if any(w.startswith("verdict=") for w in rest):
         return _render_verdict(spec, folder, variant, where, rest, minus, vs, records)
     if vs is not None:
@@ -307,20 +314,20 @@ def render(spec: str, records: Records) -> str:
                      _threshold(spec, flag))
     if flag is not None and flag not in FLAGS:
         raise ModformerError(f"quote '{spec}': unknown flag '{flag}' (known: {', '.join(sorted(FLAGS))})")
-    values = _values(spec, records, folder, variant, where, metric, minus)
-    bounds = metric_bounds(metric) if minus is None else None  # a difference may take either sign
+    values = _values(spec, records, folder, variant, where, metric, minus if of is None else of, ratio=of is not None)
+    bounds = metric_bounds(metric) if minus is None and of is None else None  # a difference may take either sign
     if flag == "n":
         return str(len(values))
     return _figure(values, fmt[0], int(fmt[1]), flag, bounds)
 
 
 def _other(spec: str, words: list[str], keyword: str) -> tuple[list[str], list[str] | None]:
-    """`words` split at `keyword` (minus, vs): the words before it, and the setting after it
-    (a variant, then only KEY=VALUE words) up to the next keyword; None where it is absent."""
+    """`words` split at `keyword` (minus, of, vs): the words before it, and the setting after
+    it (a variant, then only KEY=VALUE words) up to the next keyword; None where it is absent."""
     if keyword not in words:
         return words, None
     at = words.index(keyword)
-    end = next((i for i in range(at + 1, len(words)) if words[i] in ("minus", "vs")), len(words))
+    end = next((i for i in range(at + 1, len(words)) if words[i] in ("minus", "of", "vs")), len(words))
     other = words[at + 1:end]
     if not other or "=" in other[0] or any("=" not in w for w in other[1:]):
         raise ModformerError(f"quote '{spec}': '{keyword}' takes a variant, then only KEY=VALUE words")
@@ -328,9 +335,9 @@ def _other(spec: str, words: list[str], keyword: str) -> tuple[list[str], list[s
 
 
 def _values(spec: str, records: Records, folder: str, variant: str, where: dict[str, Any], metric: str,
-            minus: list[str] | None) -> list[float]:
+            minus: list[str] | None, ratio: bool = False) -> list[float]:
     """One setting's metric per seed, in seed order; with `minus`, the differences from the
-    other setting (its grid values over the first's), paired by seed."""
+    other setting (its grid values over the first's), paired by seed (`ratio`: the quotients)."""
     runs = records.runs(folder, variant, where)
     folder_path = records.root / folder
     values = [_metric(r, metric, folder_path) for r in runs]
@@ -340,9 +347,11 @@ def _values(spec: str, records: Records, folder: str, variant: str, where: dict[
     others = {r["seed"]: _metric(r, metric, folder_path) for r in records.runs(folder, minus[0], other_where)}
     seeds = [r["seed"] for r in runs]
     if sorted(others) != seeds:
-        raise ModformerError(f"quote '{spec}': a difference is paired by seed, but {variant} has seeds {seeds} "
-                             f"and {minus[0]} {sorted(others)}")
-    return [v - others[seed] for v, seed in zip(values, seeds)]
+        raise ModformerError(f"quote '{spec}': a {'ratio' if ratio else 'difference'} is paired by seed, but "
+                             f"{variant} has seeds {seeds} and {minus[0]} {sorted(others)}")
+    if ratio and 0 in others.values():
+        raise ModformerError(f"quote '{spec}': {minus[0]}'s {metric} is 0; a ratio cannot divide by it")
+    return [v / others[seed] if ratio else v - others[seed] for v, seed in zip(values, seeds)]
 
 
 def _render_verdict(spec: str, folder: str, variant: str, where: dict[str, Any], rest: list[str],
