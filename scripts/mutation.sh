@@ -5,7 +5,7 @@
 #     bash scripts/mutation.sh modformer/stats.py tests/test_stats.py
 #
 # It copies the committed tree (git archive HEAD) to a temporary folder, runs mutmut there
-# (its mutants/ stay out of the checkout), lists each surviving mutant, and appends one line to
+# (its mutants/ stay out of the checkout), lists each surviving mutant with its change, and appends one line to
 # results/mutation/scores.jsonl: the date, the commit, the machine, the module, the tests, and
 # mutmut's counts (killed, survived, no_tests: mutants no listed test reaches, timeout, total).
 # A survivor is either killed by a new test of a real property or listed as equivalent, with a
@@ -34,7 +34,11 @@ pytest_add_cli_args = ["-n", "0", "-p", "no:cacheprovider"]
 TOML
 (cd "$work" && .venv/bin/mutmut run >"$work/mutmut.log" 2>&1 || true
  .venv/bin/mutmut export-cicd-stats >/dev/null 2>&1
- .venv/bin/mutmut results 2>/dev/null | grep -v "no tests\|not checked" || true)
+ .venv/bin/mutmut results 2>/dev/null | grep -v "no tests\|not checked" || true
+ # each survivor's change, to be killed by a test or listed as equivalent with a reason
+ for name in $(.venv/bin/mutmut results 2>/dev/null | grep ": survived" | sed 's/: survived//'); do
+   .venv/bin/mutmut show "$name" 2>/dev/null | sed 's/^/      /' || true
+ done)
 .venv/bin/python - "$work/mutants/mutmut-cicd-stats.json" "$version" "$module" "$@" <<'PY' || { tail -5 "$work/mutmut.log" >&2; exit 2; }
 import json, sys, time
 from pathlib import Path
