@@ -58,8 +58,7 @@ record that names no clean commit or no machine is refused (`modformer.sweep.ben
 An experiment's JSON-lines records (a path ending in `.jsonl`, each line one measurement
 naming its clean commit) are quoted the same way, each line a row, the field a dotted path:
 
-    <!--q ladder/repair.jsonl arm=entries perplexity .1-->138.8<!--/q-->
-    <!--q ladder/ladder.jsonl key=shared/1536/1344 parameters %0 over key=original-->90%<!--/q-->
+    <!--q scores.jsonl module=modformer/stats.py killed ,0-->104<!--/q-->
 
 `modformer quote FILE` rewrites every quoted figure from the records; `--check` changes
 nothing and fails naming each figure that the records no longer give, so that a figure in
