@@ -13,7 +13,6 @@ import stat
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
