@@ -9,12 +9,18 @@
 # results/mutation/scores.jsonl: the date, the commit, the machine, the module, the tests, and
 # mutmut's counts (killed, survived, no_tests: mutants no listed test reaches, timeout, total).
 # A survivor is either killed by a new test of a real property or listed as equivalent, with a
-# reason, in results/mutation/README.md.
+# reason, in results/mutation/README.md. MODULE may be a package's folder (modformer/sweep).
+#
+# Where a module's mutants are too many to run in a session, MUTATION_SAMPLE=N scores a fixed
+# random sample of N of them, drawn by MUTATION_SEED (default 0) from the sorted list of every
+# mutant; the record says so (sample, seed, and of: how many there were).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-module=$1; shift
-[ $# -ge 1 ] || { echo "usage: bash scripts/mutation.sh MODULE.py TEST_FILE..." >&2; exit 2; }
-[ -f "$module" ] || { echo "no such module: $module" >&2; exit 2; }
+module=${1%/}; shift
+[ $# -ge 1 ] || { echo "usage: bash scripts/mutation.sh MODULE.py|PACKAGE TEST_FILE..." >&2; exit 2; }
+[ -e "$module" ] || { echo "no such module: $module" >&2; exit 2; }
+sample=${MUTATION_SAMPLE:-}
+seed=${MUTATION_SEED:-0}
 if [ -n "$(git status --porcelain -- modformer tests)" ]; then
   echo "commit first: the scores name the commit they measured, and modformer/ or tests/ has changes" >&2; exit 2
 fi
@@ -30,32 +36,68 @@ cat >> "$work/pyproject.toml" <<TOML
 [tool.mutmut]
 paths_to_mutate = ["$module"]
 tests_dir = [${tests%, }]
+also_copy = ["configs"]
 pytest_add_cli_args = ["-n", "0", "-p", "no:cacheprovider"]
 TOML
-(cd "$work" && .venv/bin/mutmut run >"$work/mutmut.log" 2>&1 || true
+(cd "$work"
+ if [ -n "$sample" ]; then
+   # A filter that matches nothing makes mutmut generate every mutant and record which tests
+   # reach which code, then stop; the sample is drawn from what it generated.
+   .venv/bin/mutmut run "modformer.none_of_these" >"$work/mutmut.log" 2>&1 || true
+   .venv/bin/python - "$sample" "$seed" > "$work/sample.txt" <<'PY'
+import random, re, sys
+from pathlib import Path
+names = sorted(f"{'.'.join(path.with_suffix('').parts[1:])}.{m}"
+               for path in Path("mutants").rglob("*.py") if path.parts[1] == "modformer"
+               for m in re.findall(r"^\s*def (x\S*__mutmut_\d+)\(", path.read_text(), re.M))
+print("\n".join(random.Random(int(sys.argv[2])).sample(names, min(int(sys.argv[1]), len(names)))))
+Path("count.txt").write_text(str(len(names)))
+PY
+   xargs -a "$work/sample.txt" -d '\n' .venv/bin/mutmut run >>"$work/mutmut.log" 2>&1 || true
+ else
+   .venv/bin/mutmut run >"$work/mutmut.log" 2>&1 || true
+ fi
  .venv/bin/mutmut export-cicd-stats >/dev/null 2>&1
+ .venv/bin/mutmut results --all true > "$work/results.txt" 2>/dev/null || true
  .venv/bin/mutmut results 2>/dev/null | grep -v "no tests\|not checked" || true
  # each survivor's change, to be killed by a test or listed as equivalent with a reason
  for name in $(.venv/bin/mutmut results 2>/dev/null | grep ": survived" | sed 's/: survived//'); do
    .venv/bin/mutmut show "$name" 2>/dev/null | sed 's/^/      /' || true
  done)
-.venv/bin/python - "$work/mutants/mutmut-cicd-stats.json" "$version" "$module" "$@" <<'PY' || { tail -5 "$work/mutmut.log" >&2; exit 2; }
-import json, sys, time
+.venv/bin/python - "$work" "$version" "$module" "$@" <<'PY' || { tail -5 "$work/mutmut.log" >&2; exit 2; }
+import json, os, sys, time
+from collections import Counter
 from pathlib import Path
 from modformer.version import machine
-stats = json.loads(Path(sys.argv[1]).read_text()) if Path(sys.argv[1]).exists() else {}
-if not stats.get("killed", 0) + stats.get("survived", 0) + stats.get("no_tests", 0):
-    # mutmut checked nothing: its clean run failed, or the tests run the code in another process
-    # (a subprocess imports the installed package, not the mutated copy); nothing is recorded.
-    print(f"mutmut checked no mutant of {sys.argv[3]}: nothing recorded. Its clean run failed, or the tests run "
-          f"the module in another process; its log ends:", file=sys.stderr)
+work, version, module, *tests = sys.argv[1:]
+work, sample = Path(work), os.environ.get("MUTATION_SAMPLE")
+if sample:  # the sample's statuses, as `mutmut results --all true` lists them
+    names = set((work / "sample.txt").read_text().split())
+    status = {n: w for n, _, w in (line.strip().rpartition(": ") for line in
+                                   (work / "results.txt").read_text().splitlines()) if n in names}
+    words = Counter(status.get(n, "not checked") for n in names)
+    counts = {"killed": words["killed"], "survived": words["survived"], "no_tests": words["no tests"],
+              "timeout": words["timeout"], "total": len(names)}
+    unchecked = len(names) - sum(v for k, v in counts.items() if k != "total")
+else:
+    stats_file = work / "mutants" / "mutmut-cicd-stats.json"
+    stats = json.loads(stats_file.read_text()) if stats_file.exists() else {}
+    counts = {k: stats.get(k, 0) for k in ("killed", "survived", "no_tests", "timeout", "total")}
+    unchecked = 0
+if not counts["killed"] + counts["survived"] + counts["no_tests"] or unchecked:
+    # mutmut checked nothing (or not the whole sample): its clean run failed, or the tests run the
+    # code in another process (a subprocess imports the installed package, not the mutated copy).
+    print(f"mutmut did not check every mutant of {module} ({unchecked} of the sample unchecked): nothing recorded. "
+          f"Its clean run failed, or the tests run the module in another process; its log ends:", file=sys.stderr)
     sys.exit(3)
-sys.argv = [sys.argv[0], *sys.argv[2:]]
-record = {"date": time.strftime("%Y-%m-%d"), "code_version": sys.argv[1], "machine": machine(),
-          "module": sys.argv[2], "tests": sys.argv[3:],  # argv: version, module, tests
-          **{k: stats[k] for k in ("killed", "survived", "no_tests", "timeout", "total")}}
+record = {"date": time.strftime("%Y-%m-%d"), "code_version": version, "machine": machine(), "module": module,
+          "tests": tests, **counts}
+if sample:
+    record.update(sample=int(sample), seed=int(os.environ.get("MUTATION_SEED", "0")),
+                  of=int((work / "count.txt").read_text()))
 with open("results/mutation/scores.jsonl", "a") as f:
     f.write(json.dumps(record) + "\n")
-print(f"{record['module']}: {record['killed']} of {record['total']} killed "
-      f"({record['killed'] / record['total']:.0%}), {record['survived']} survived, {record['no_tests']} untested")
+print(f"{module}: {record['killed']} of {record['total']} killed ({record['killed'] / record['total']:.0%}), "
+      f"{record['survived']} survived, {record['no_tests']} untested"
+      + (f" (a sample of {record['total']} of its {record['of']} mutants, seed {record['seed']})" if sample else ""))
 PY
