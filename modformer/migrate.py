@@ -142,6 +142,24 @@ def _summary_flops_of(summary: dict[str, Any], config: dict[str, Any] | None) ->
     return []
 
 
+def _summary_construction(summary: dict[str, Any], config: dict[str, Any] | None) -> list[str]:
+    """A summary's construction label written from its run's config as today's code writes it:
+    earlier labels said less ("reference" for a run whose optimizer departs from the reference
+    script's; a departure under a key since moved). The label is words about the config, which
+    is the record; a construction no installed paper registers is left as it was."""
+    from .constructions import CONSTRUCTIONS, construction_label
+
+    model = config.get("model") if isinstance(config, dict) else None
+    if "construction" not in summary or not isinstance(model, dict) or \
+            model.get("construction", "corrected") not in CONSTRUCTIONS:
+        return []
+    label = construction_label(config)
+    if label == summary["construction"]:
+        return []
+    old, summary["construction"] = summary["construction"], label
+    return [f"summary.construction: '{old}' -> '{label}' (from its config)"]
+
+
 def _command_task_names(words: list[str]) -> list[str]:
     """A recorded override naming a task since renamed: today's name."""
     changed = []
@@ -166,7 +184,7 @@ def rename_override(words: list[str], old: str, new: str) -> list[str]:
 CONFIG += [_task_name, _variant_mixer, config_sections]
 COMMAND += [_command_task_names, command_sections]
 SWEEP += [_sweep_kind, _sweep_task_names, sweep_sections]
-SUMMARY += [_summary_model, _summary_task, _summary_flops_of]
+SUMMARY += [_summary_model, _summary_task, _summary_flops_of, _summary_construction]
 
 
 @dataclass

@@ -189,3 +189,26 @@ def test_the_config_a_checkpoint_embeds_is_migrated_with_its_tensors_untouched(t
         assert torch.equal(loaded.state_dict()[name], tensor), name
     before = path.read_bytes()
     assert migrate(run).changes == {} and path.read_bytes() == before  # once
+
+
+def test_a_summarys_construction_label_is_written_again_from_its_config(tmp_path):
+    """Older summaries labelled a run "reference" where its optimizer departs from the
+    reference script's; the label is words about the recorded config, written again in full."""
+    run = tmp_path / "run"
+    shutil.copytree(ROOT / "results/random_attention/addition_budget/runs/frozen_qk/train.steps=1200/seed0", run)
+    summary = json.loads((run / "summary.json").read_text())
+    figures = {k: v for k, v in summary.items() if k != "construction"}
+    summary["construction"] = "reference"
+    (run / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    done = migrate(run)
+    label = json.loads((run / "summary.json").read_text())["construction"]
+    assert label == "reference (depth.py) except lr 0.003, warm-up 30, batch 512"
+    assert done.changes["summary.json"] == [f"summary.construction: 'reference' -> '{label}' (from its config)"]
+    assert {k: v for k, v in json.loads((run / "summary.json").read_text()).items() if k != "construction"} == figures
+
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    config["model"]["construction"] = "some_paper.unknown"  # a construction no installed paper registers
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    summary["construction"] = "whatever its paper wrote"
+    (run / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    assert migrate(run).changes == {}
