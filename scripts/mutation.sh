@@ -21,6 +21,11 @@ module=${1%/}; shift
 [ -e "$module" ] || { echo "no such module: $module" >&2; exit 2; }
 sample=${MUTATION_SAMPLE:-}
 seed=${MUTATION_SEED:-0}
+# mutmut forks each mutant's test process from one that has already run the tests: a torch
+# that started its OpenMP threads there deadlocks in the child (seen: every mutant of a
+# function the trainings reach hung in a futex, and mutmut's CPU-time limit never fires on a
+# process that waits). One thread each, and there are none to inherit.
+export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 if [ -n "$(git status --porcelain -- modformer tests)" ]; then
   echo "commit first: the scores name the commit they measured, and modformer/ or tests/ has changes" >&2; exit 2
 fi
