@@ -9,6 +9,7 @@ import os
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -76,6 +77,30 @@ def test_a_failed_writer_leaves_the_old_content_and_no_temporary(tmp_path):
     assert path.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["a.txt"]
 
 
+def test_a_refused_fsync_names_its_file(tmp_path, monkeypatch):
+    path = tmp_path / "a.txt"
+    path.write_text("x")
+
+    def failing(fd):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", failing)
+    with pytest.raises(OSError) as refused:
+        files.fsync_file(path)
+    assert refused.value.filename == str(path)
+
+
+def test_new_logs_have_the_umasks_permissions(tmp_path):
+    umask = os.umask(0o022)
+    try:
+        durable_append(tmp_path / "a.jsonl", "x\n")
+        reserve(tmp_path / "b.log", 4096)
+    finally:
+        os.umask(umask)
+    assert stat.S_IMODE((tmp_path / "a.jsonl").stat().st_mode) == 0o644
+    assert stat.S_IMODE((tmp_path / "b.log").stat().st_mode) == 0o644
+
+
 def test_naming_fills_in_only_a_missing_file_name():
     with pytest.raises(OSError) as named:
         with naming(Path("/x/y")):
@@ -128,6 +153,12 @@ def test_an_output_folder_is_made_or_refused_in_words(tmp_path):
         output_folder(tmp_path / "file")
 
 
+def test_a_folder_is_put_in_place_under_folders_not_yet_made(tmp_path):
+    target = tmp_path / "cache" / "data" / "store"
+    atomic_write_folder(target, lambda tmp: (tmp / "x").write_text("x"))
+    assert (target / "x").read_text() == "x"
+
+
 def test_a_folder_is_put_in_place_whole_or_not_at_all(tmp_path):
     target = tmp_path / "store"
     target.mkdir()
@@ -153,16 +184,17 @@ def test_folders_filled_by_one_writer_are_each_put_in_place_and_a_failure_is_nam
     atomic_write_folders([a, b], lambda tmps: [(t / "x").write_text(t.name) for t in tmps])
     assert [p.name for p in a.iterdir()] == ["x"] and (b / "x").exists()
 
+    c = tmp_path / "c"
     real = Path.rename
 
     def blocked(self, target):
-        if Path(target) == a:
+        if Path(target) in (a, c):
             raise OSError(errno.ENOTEMPTY, "Directory not empty")
         return real(self, target)
 
     monkeypatch.setattr(Path, "rename", blocked)
-    with pytest.raises(OSError, match=rf"cannot put in place: {a}$"):
-        atomic_write_folders([a, b], lambda tmps: [(t / "y").write_text("") for t in tmps])
+    with pytest.raises(OSError, match=rf"^cannot put in place: {a}, {c}$"):
+        atomic_write_folders([a, b, c], lambda tmps: [(t / "y").write_text("") for t in tmps])
     assert [p.name for p in b.iterdir()] == ["y"]  # the other is still put in place
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b"]  # a was removed, no temporary left
 
@@ -195,6 +227,40 @@ def test_only_a_dead_writers_temporaries_are_removed(tmp_path):
                                         ".tmpAb3dE9"} | {"sub"})
     assert (tmp_path / "sub" / f".x.tmp-{dead}").exists()
     assert remove_stale_temporaries(tmp_path / "missing") == []
+
+
+def test_a_temporary_another_cleaner_removed_first_is_no_error(tmp_path, monkeypatch):
+    """Two processes cleaning one folder (two resumes, say): each temporary may be gone by the
+    time this one removes it."""
+    names = [".a.tmp-999999", ".b.partial-999999"]
+    (tmp_path / names[0]).write_text("")
+    (tmp_path / names[1]).mkdir()
+    (tmp_path / names[1] / "f").write_text("")
+
+    def dead_and_already_removed(pid):
+        for name in names:
+            path = tmp_path / name
+            if path.is_dir():
+                (path / "f").unlink(missing_ok=True)
+                path.rmdir()
+            else:
+                path.unlink(missing_ok=True)
+        return False
+
+    monkeypatch.setattr(files, "_alive", dead_and_already_removed)
+    assert remove_stale_temporaries(tmp_path) == sorted(tmp_path / n for n in names)  # gone, as it reports
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_asking_whether_a_process_lives_sends_it_nothing():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert files._alive(child.pid)
+        time.sleep(0.2)
+        assert child.poll() is None  # signal 0 only: a real signal (SIGHUP) would have ended it
+    finally:
+        child.kill()
+        child.wait()
 
 
 def test_another_users_live_process_counts_as_alive(monkeypatch):
