@@ -8,6 +8,7 @@ import dataclasses
 import enum
 import math
 import os
+import typing
 from typing import Any, Literal
 
 import pytest
@@ -82,7 +83,8 @@ def test_a_file_larger_than_a_config_is_refused_unread(tmp_path):
                                    rf"\({MAX_CONFIG_BYTES:,} at most\)$")
     with open(path, "r+b") as f:
         f.truncate(MAX_CONFIG_BYTES)
-    refused(read_yaml, path, match="is not valid YAML")  # exactly the limit is read (and its NULs are no YAML)
+    # exactly the limit is read (and its NULs are no YAML: the reader's error, which has no line)
+    refused(read_yaml, path, match=rf"^config file {path} is not valid YAML$")
     assert MAX_CONFIG_BYTES == 16 * 2 ** 20
 
 
@@ -99,8 +101,21 @@ def test_an_unreadable_file_is_named(tmp_path):
 
 def test_an_option_carries_its_help_and_refuses_a_shared_mutable_default():
     for mutable in ([], {}, set()):
-        with pytest.raises(TypeError, match="default_factory"):
+        with pytest.raises(TypeError, match=r"^use default_factory for mutable defaults$"):
             option(mutable, "x")
+
+    # declared here, not at import: the declaration itself is what is checked
+    @dataclasses.dataclass
+    class Declared:
+        plain: int = option(5)
+        helped: float = option(0.5, "a rate")
+        listed: list[int] = option(default_factory=lambda: [1, 2], help="a list")
+        bare: int = dataclasses.field(default=3)  # no help at all
+
+    assert Declared() == Declared(5, 0.5, [1, 2], 3) and Declared().listed is not Declared().listed
+    assert [field_help(Declared, n) for n in ("plain", "helped", "listed", "bare")] == ["", "a rate", "a list", ""]
+    assert [r[3] for r in describe(Declared, "s")] == ["", "a rate", "a list", ""]
+    assert [r[2] for r in describe(Declared, "s")] == ["5", "0.5", "[1, 2]", "3"]
     assert field_help(Outer, "lr") == "the learning rate" and field_help(Outer, "need") == "required"
     assert Outer(need=1).tags == [] and Outer(need=1).tags is not Outer(need=1).tags
     assert option(None, "x").default is None  # None is no mutable default
@@ -153,6 +168,9 @@ def test_a_value_is_taken_as_its_annotation_converting_only_what_loses_nothing(v
     ("1", Colour, r"^k: expected one of red, 1, got '1'$"),  # a value of another type is not a member's
     ([1, "a"], list[int], r"^k\[1\]: expected int, got 'a'$"),
     ([1, 2, 3], tuple[int, int], r"^k: expected tuple\[int, int\], got \[1, 2, 3\]$"),
+    ([1, "a"], tuple[int, ...], r"^k\[1\]: expected int, got 'a'$"),
+    ([1, "a"], tuple[int, int], r"^k\[1\]: expected int, got 'a'$"),
+    (1, typing.ForwardRef("Later"), r"^k: expected ForwardRef\('Later'\), got 1$"),  # a type without a name
     ({"a": "x"}, dict[str, int], r"^k\.a: expected int, got 'x'$"),
     ({1: 2}, dict[str, int], r"^k: expected str, got 1$"),
     ("ab", list[str], r"^k: expected list\[str\], got 'ab'$"),
@@ -174,6 +192,8 @@ def test_a_section_is_built_strictly_and_every_refusal_names_its_dotted_key():
     refused(from_dict, Inner, {"widht": 1}, "model", match=r"^unknown config key 'model\.widht' \(known keys in "
                                                            r"model: width\)$")
     refused(from_dict, Inner, {"widht": 1}, match=r"^unknown config key 'widht' \(known keys in config: width\)$")
+    refused(from_dict, Outer, {"lrr": 1}, match=r"^unknown config key 'lrr' \(known keys in config: need, lr, name, tags, "
+                                                r"inner, seed\)$")
     refused(from_dict, Outer, {"inner": {"width": "w"}, "need": 1}, "train", match=r"^train\.inner\.width: expected")
     refused(from_dict, Outer, {"lr": "x", "need": 1}, match=r"^lr: expected float")
     refused(from_dict, Inner, [1], "model", match=r"^model: expected a mapping of keys to values, got \[1\]$")
@@ -229,8 +249,9 @@ def test_dotted_keys_flatten_set_and_get_as_nested_sections():
     refused(set_dotted, data, "a.b.x", 1, "sweep.grid", match=r"^sweep\.grid: 'a\.b' is not a section$")
     assert get_dotted(data, "a.c.d") == 5 and get_dotted(data, "a.c") == {"d": 5}
     assert get_dotted(data, "a.x") is None and get_dotted(data, "a.b.x") is None
-    with pytest.raises(KeyError):
+    with pytest.raises(KeyError) as missing:
         get_dotted(data, "a.x", strict=True)
+    assert missing.value.args == ("a.x",)  # the key asked for, to name in a message
     with pytest.raises(KeyError):
         get_dotted(data, "a.b.x", strict=True)
 
@@ -264,7 +285,7 @@ def test_an_options_class_is_refused_unless_a_config_can_give_every_field():
         g: Any = None
 
     check_option_types(Good, "part 'p'")
-    bad_types = [set[int], dict[int, str], list, tuple, dict, Literal[math.pi, None.__class__], complex,
+    bad_types = [set[int], dict[int, str], list, tuple, tuple[()], dict, Literal[math.pi, None.__class__], complex,
                  list[set[int]], int | bytes]
     for tp in bad_types:
         Bad = dataclasses.make_dataclass("Bad", [("x", tp, dataclasses.field(default=None))])

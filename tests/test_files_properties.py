@@ -253,8 +253,11 @@ def test_a_temporary_another_cleaner_removed_first_is_no_error(tmp_path, monkeyp
 
 
 def test_asking_whether_a_process_lives_sends_it_nothing():
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    # SIGHUP's default action in the child (a parent that ignores it, as a test runner may, would pass that on)
+    child = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGHUP, signal.SIG_DFL); "
+                                                    "print(flush=True); time.sleep(30)"], stdout=subprocess.PIPE)
     try:
+        child.stdout.readline()  # its handler is set
         assert files._alive(child.pid)
         time.sleep(0.2)
         assert child.poll() is None  # signal 0 only: a real signal (SIGHUP) would have ended it
