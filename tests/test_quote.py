@@ -124,6 +124,19 @@ def test_a_difference_is_paired_by_seed_and_keeps_the_first_settings_values(tmp_
     assert ">47%<" in text  # 0.97 - 0.5: the second keeps the first's seed=2, which it does not name
 
 
+def test_two_metrics_of_the_same_runs_are_paired_within_each_run(tmp_path):
+    sweep_folder(tmp_path, RUNS)
+    page = tmp_path / "README.md"
+    page.write_text(f"{quoted('sweep standard train.lr=0.003 test.accuracy %0 seeds minus standard metric=test.loss')} "
+                    f"{quoted('sweep standard train.lr=0.003 test.loss .2 mean minus standard train.lr=0.01 metric=test.accuracy')}\n")
+    quote_file(page)
+    text = page.read_text()
+    assert ">80%, 84%, 94%<" in text  # 0.90 - 0.10, 0.92 - 0.08, 0.97 - 0.03: accuracy minus loss, run by run
+    assert ">-0.43<" in text  # the loss at 3e-3 (0.10, 0.08, 0.03; mean 0.07) minus the accuracy at 1e-2 (0.5)
+    assert_refused(tmp_path, "sweep standard train.lr=0.003 test.accuracy %0 minus standard metric=[1]",
+                   "metric= names a metric")
+
+
 def test_a_ratio_is_paired_by_seed_and_written_as_a_percentage(tmp_path):
     sweep_folder(tmp_path, RUNS)
     page = tmp_path / "README.md"

@@ -30,6 +30,9 @@ then describe the per-seed differences, and both settings must hold the same see
 
     <!--q lm_reference mixit test.loss .2 mean minus standard-->0.09<!--/q-->
 
+(`metric=PATH` among the second setting's words names its own metric: a difference between
+two figures of the same runs, such as one measured twice, `... forced_gate.0.train_exact %1 ci
+minus teacher metric=train_exact`),
 and a ratio, paired the same way, appends `of` (a percentage format writes it as one):
 
     <!--q ladder_sweep shared points=[[1,0.875]] parameters %0 of original-->90%<!--/q-->
@@ -343,7 +346,10 @@ def _values(spec: str, records: Records, folder: str, variant: str, where: dict[
     if minus is None:
         return values
     other_where = {**where, **_grid_values(minus[1:])}
-    others = {r["seed"]: _metric(r, metric, folder_path) for r in records.runs(folder, minus[0], other_where)}
+    other_metric = other_where.pop("metric", metric)
+    if not isinstance(other_metric, str):
+        raise ModformerError(f"quote '{spec}': metric= names a metric, a dotted path into the summary")
+    others = {r["seed"]: _metric(r, other_metric, folder_path) for r in records.runs(folder, minus[0], other_where)}
     seeds = [r["seed"] for r in runs]
     if sorted(others) != seeds:
         raise ModformerError(f"quote '{spec}': a {'ratio' if ratio else 'difference'} is paired by seed, but "
