@@ -39,6 +39,15 @@ def quoted(spec: str, value: str = "?") -> str:
     return f"<!--q {spec}-->{value}<!--/q-->"
 
 
+def rendered(root: Path, *specs: str) -> str:
+    """A page quoting each of `specs` over the RUNS sweep, once `modformer quote` has written it."""
+    sweep_folder(root, RUNS)
+    page = root / "README.md"
+    page.write_text(" ".join(quoted(s) for s in specs) + "\n")
+    quote_file(page)
+    return page.read_text()
+
+
 def assert_refused(root: Path, spec: str, message: str) -> None:
     """A page quoting `spec` is refused with `message`, and left as it was."""
     page = root / "README.md"
@@ -109,14 +118,10 @@ def test_a_quote_that_names_no_one_setting_is_refused(tmp_path, spec, message):
 
 
 def test_a_difference_is_paired_by_seed_and_keeps_the_first_settings_values(tmp_path):
-    sweep_folder(tmp_path, RUNS)
-    page = tmp_path / "README.md"
-    page.write_text(f"{quoted('sweep standard train.lr=0.003 test.accuracy %1 ci minus standard train.lr=0.01')} "
-                    f"{quoted('sweep standard train.lr=0.01 test.accuracy %0 seeds minus standard train.lr=0.003')} "
-                    f"{quoted('sweep mixit test.loss .3 mean minus standard train.lr=0.003 seed=0')} "
-                    f"{quoted('sweep standard train.lr=0.003 seed=2 test.accuracy %0 mean minus standard train.lr=0.01')}\n")
-    quote_file(page)
-    text = page.read_text()
+    text = rendered(tmp_path, "sweep standard train.lr=0.003 test.accuracy %1 ci minus standard train.lr=0.01",
+                    "sweep standard train.lr=0.01 test.accuracy %0 seeds minus standard train.lr=0.003",
+                    "sweep mixit test.loss .3 mean minus standard train.lr=0.003 seed=0",
+                    "sweep standard train.lr=0.003 seed=2 test.accuracy %0 mean minus standard train.lr=0.01")
     # 0.90 - 0.5, 0.92 - 0.5, 0.97 - 0.5: mean 43.0, std 3.61, t(2) interval +- 8.96
     assert ">43.0% ± 3.6 [34.0, 52.0]<" in text
     assert ">-40%, -42%, -47%<" in text  # seed by seed, the first minus the second
@@ -125,12 +130,8 @@ def test_a_difference_is_paired_by_seed_and_keeps_the_first_settings_values(tmp_
 
 
 def test_two_metrics_of_the_same_runs_are_paired_within_each_run(tmp_path):
-    sweep_folder(tmp_path, RUNS)
-    page = tmp_path / "README.md"
-    page.write_text(f"{quoted('sweep standard train.lr=0.003 test.accuracy %0 seeds minus standard metric=test.loss')} "
-                    f"{quoted('sweep standard train.lr=0.003 test.loss .2 mean minus standard train.lr=0.01 metric=test.accuracy')}\n")
-    quote_file(page)
-    text = page.read_text()
+    text = rendered(tmp_path, "sweep standard train.lr=0.003 test.accuracy %0 seeds minus standard metric=test.loss",
+                    "sweep standard train.lr=0.003 test.loss .2 mean minus standard train.lr=0.01 metric=test.accuracy")
     assert ">80%, 84%, 94%<" in text  # 0.90 - 0.10, 0.92 - 0.08, 0.97 - 0.03: accuracy minus loss, run by run
     assert ">-0.43<" in text  # the loss at 3e-3 (0.10, 0.08, 0.03; mean 0.07) minus the accuracy at 1e-2 (0.5)
     assert_refused(tmp_path, "sweep standard train.lr=0.003 test.accuracy %0 minus standard metric=[1]",
@@ -138,12 +139,8 @@ def test_two_metrics_of_the_same_runs_are_paired_within_each_run(tmp_path):
 
 
 def test_a_ratio_is_paired_by_seed_and_written_as_a_percentage(tmp_path):
-    sweep_folder(tmp_path, RUNS)
-    page = tmp_path / "README.md"
-    page.write_text(f"{quoted('sweep standard train.lr=0.003 test.accuracy %0 seeds of standard train.lr=0.01')} "
-                    f"{quoted('sweep mixit test.loss .4 mean of standard train.lr=0.003 seed=0')}\n")
-    quote_file(page)
-    text = page.read_text()
+    text = rendered(tmp_path, "sweep standard train.lr=0.003 test.accuracy %0 seeds of standard train.lr=0.01",
+                    "sweep mixit test.loss .4 mean of standard train.lr=0.003 seed=0")
     assert ">180%, 184%, 194%<" in text  # 0.90 / 0.5, 0.92 / 0.5, 0.97 / 0.5, seed by seed
     assert ">9.8900<" in text  # (1 - 0.011) / (1 - 0.90)
 
