@@ -138,6 +138,17 @@ def test_two_metrics_of_the_same_runs_are_paired_within_each_run(tmp_path):
                    "metric= names a metric")
 
 
+def test_a_variant_of_another_sweep_folder_is_paired_by_seed(tmp_path):
+    (tmp_path / "other").mkdir()
+    sweep_folder(tmp_path / "other", [("frozen_mlp", 0.003, s, a, [[0.0]]) for s, a in enumerate([0.5, 0.6, 0.7])])
+    text = rendered(tmp_path, "sweep standard train.lr=0.003 test.accuracy %0 seeds minus frozen_mlp folder=other/sweep",
+                    "sweep standard train.lr=0.003 test.accuracy %1 seeds of frozen_mlp folder=other/sweep")
+    assert ">40%, 32%, 27%<" in text  # 0.90 - 0.5, 0.92 - 0.6, 0.97 - 0.7
+    assert ">180.0%, 153.3%, 138.6%<" in text  # and as ratios
+    assert_refused(tmp_path, "sweep standard train.lr=0.003 test.accuracy %0 minus frozen_mlp",
+                   "no finished run of frozen_mlp")  # without folder=: this sweep's, which has none
+
+
 def test_a_ratio_is_paired_by_seed_and_written_as_a_percentage(tmp_path):
     text = rendered(tmp_path, "sweep standard train.lr=0.003 test.accuracy %0 seeds of standard train.lr=0.01",
                     "sweep mixit test.loss .4 mean of standard train.lr=0.003 seed=0")

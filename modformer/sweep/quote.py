@@ -32,7 +32,8 @@ then describe the per-seed differences, and both settings must hold the same see
 
 (`metric=PATH` among the second setting's words names its own metric: a difference between
 two figures of the same runs, such as one measured twice, `... forced_gate.0.train_exact %1 ci
-minus teacher metric=train_exact`),
+minus teacher metric=train_exact`; `folder=NAME` its own sweep folder, for a variant that
+another sweep of the same task and seeds ran: `... minus frozen_qk folder=memorization_reference`),
 and a ratio, paired the same way, appends `of` (a percentage format writes it as one):
 
     <!--q ladder_sweep shared points=[[1,0.875]] parameters %0 of original-->90%<!--/q-->
@@ -346,10 +347,12 @@ def _values(spec: str, records: Records, folder: str, variant: str, where: dict[
     if minus is None:
         return values
     other_where = {**where, **_grid_values(minus[1:])}
-    other_metric = other_where.pop("metric", metric)
-    if not isinstance(other_metric, str):
-        raise ModformerError(f"quote '{spec}': metric= names a metric, a dotted path into the summary")
-    others = {r["seed"]: _metric(r, other_metric, folder_path) for r in records.runs(folder, minus[0], other_where)}
+    other_metric, other_folder = other_where.pop("metric", metric), other_where.pop("folder", folder)
+    if not isinstance(other_metric, str) or not isinstance(other_folder, str):
+        raise ModformerError(f"quote '{spec}': metric= names a metric (a dotted path into the summary), folder= a "
+                             f"sweep folder")
+    others = {r["seed"]: _metric(r, other_metric, records.root / other_folder)
+              for r in records.runs(other_folder, minus[0], other_where)}
     seeds = [r["seed"] for r in runs]
     if sorted(others) != seeds:
         raise ModformerError(f"quote '{spec}': a {'ratio' if ratio else 'difference'} is paired by seed, but "
