@@ -33,7 +33,9 @@ then describe the per-seed differences, and both settings must hold the same see
 (`metric=PATH` among the second setting's words names its own metric: a difference between
 two figures of the same runs, such as one measured twice, `... forced_gate.0.train_exact %1 ci
 minus teacher metric=train_exact`; `folder=NAME` its own sweep folder, for a variant that
-another sweep of the same task and seeds ran: `... minus frozen_qk folder=memorization_reference`),
+another sweep of the same task and seeds ran, whose grid values it then names itself (the
+first setting's are not carried over, but for `seed`): `... minus frozen_qk
+folder=memorization_reference train.lr=0.01`),
 and a ratio, paired the same way, appends `of` (a percentage format writes it as one):
 
     <!--q ladder_sweep shared points=[[1,0.875]] parameters %0 of original-->90%<!--/q-->
@@ -346,7 +348,9 @@ def _values(spec: str, records: Records, folder: str, variant: str, where: dict[
     values = [_metric(r, metric, folder_path) for r in runs]
     if minus is None:
         return values
-    other_where = {**where, **_grid_values(minus[1:])}
+    named = _grid_values(minus[1:])
+    carried = where if "folder" not in named else {k: v for k, v in where.items() if k == "seed"}
+    other_where = {**carried, **named}  # another folder has a grid of its own
     other_metric, other_folder = other_where.pop("metric", metric), other_where.pop("folder", folder)
     if not isinstance(other_metric, str) or not isinstance(other_folder, str):
         raise ModformerError(f"quote '{spec}': metric= names a metric (a dotted path into the summary), folder= a "
