@@ -20,6 +20,7 @@ module=${1%/}; shift
 [ $# -ge 1 ] || { echo "usage: bash scripts/mutation.sh MODULE.py|PACKAGE TEST_FILE..." >&2; exit 2; }
 [ -e "$module" ] || { echo "no such module: $module" >&2; exit 2; }
 sample=${MUTATION_SAMPLE:-}
+pattern=$module; [ -d "$module" ] && pattern="$module/*"
 seed=${MUTATION_SEED:-0}
 # mutmut forks each mutant's test process from one that has already run the tests: a torch
 # that started its OpenMP threads there deadlocks in the child (seen: every mutant of a
@@ -39,7 +40,10 @@ tests=$(printf '"%s", ' "$@")
 cat >> "$work/pyproject.toml" <<TOML
 
 [tool.mutmut]
-paths_to_mutate = ["$module"]
+# The whole package is copied (tests import the papers' plugins and everything else), only
+# the module's files mutated.
+paths_to_mutate = ["modformer"]
+only_mutate = ["$pattern"]
 tests_dir = [${tests%, }]
 also_copy = ["configs"]
 pytest_add_cli_args = ["-n", "0", "-p", "no:cacheprovider"]
@@ -69,7 +73,7 @@ PY
  for name in $(.venv/bin/mutmut results 2>/dev/null | grep ": survived" | sed 's/: survived//'); do
    .venv/bin/mutmut show "$name" 2>/dev/null | sed 's/^/      /' || true
  done)
-.venv/bin/python - "$work" "$version" "$module" "$@" <<'PY' || { tail -5 "$work/mutmut.log" >&2; exit 2; }
+.venv/bin/python - "$work" "$version" "$module" "$@" <<'PY' || { tail -40 "$work/mutmut.log" | tr '\r' '\n' | grep -v "^⠋\|^⠙\|^⠹\|^⠸\|^⠼\|^⠴\|^⠦\|^⠧\|^⠇\|^⠏" | tail -30 >&2; exit 2; }
 import json, os, sys, time
 from collections import Counter
 from pathlib import Path
