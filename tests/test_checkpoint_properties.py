@@ -247,3 +247,54 @@ def test_records_are_read_as_json_objects_one_a_line(tmp_path):
     path = tmp_path / "r.jsonl"
     path.write_bytes(b'{"a": 1}\n\xff\xfe\n{"b": "\xc3\xa9"}\n')  # undecodable bytes: a damaged line, skipped
     assert list(read_records(path)) == [{"a": 1}, {"b": "é"}]
+
+
+def test_a_disk_that_refuses_the_checkpoint_is_named_in_one_line(tmp_path, monkeypatch):
+    from safetensors import SafetensorError
+
+    from modformer.errors import StorageFault
+    from modformer.train import checkpoint
+
+    def full(tensors, filename, metadata=None):
+        raise SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No '
+                              'space left on device" })')
+
+    monkeypatch.setattr(checkpoint, "save_file", full)
+    path = tmp_path / "checkpoints" / "step_0000001.safetensors"
+    path.parent.mkdir()
+    with pytest.raises(StorageFault) as refused:
+        save_checkpoint(path, 1, nn.Linear(2, 2), None, {})
+    assert str(refused.value).startswith(f"cannot write to {path.parent}: no space left on the device (No space left "
+                                         f"on device). Nothing acknowledged is lost")
+    assert sorted(p.name for p in path.parent.iterdir()) == []  # no temporary left
+
+    def other(tensors, filename, metadata=None):
+        raise SafetensorError("some other failure")
+
+    monkeypatch.setattr(checkpoint, "save_file", other)
+    with pytest.raises(SafetensorError, match="^some other failure$"):  # not a disk's: passed on as it is
+        save_checkpoint(path, 1, nn.Linear(2, 2), None, {})
+
+
+def test_a_long_mismatch_names_its_first_three_keys():
+    model = nn.Sequential(*[nn.Linear(1, 1) for _ in range(3)])
+    state = model.state_dict()
+    with pytest.raises(CheckpointError, match=r"missing \['0\.weight', '0\.bias', '1\.weight'\]$"):
+        load_model_state(model, {}, "here")
+    extra = {**state, **{f"x{i}": torch.zeros(1) for i in range(5)}}
+    with pytest.raises(CheckpointError, match=r"unexpected \['x0', 'x1', 'x2'\]$"):
+        load_model_state(model, extra, "here")
+    optimizer = torch.optim.AdamW(model.parameters())
+    model(torch.ones(1, 1)).sum().backward()
+    optimizer.step()
+    saved = optimizer_tensors(optimizer, names(model))
+    with pytest.raises(CheckpointError, match=r"lacks optimizer state for \['1\.weight', '1\.bias', '2\.weight'\]; "):
+        load_optimizer_tensors(optimizer, names(model), {k: v for k, v in saved.items() if k.startswith("0.")})
+
+
+def test_optimizer_state_that_is_no_tensor_is_saved_as_one():
+    model = nn.Linear(1, 1)
+    optimizer = torch.optim.AdamW(model.parameters())
+    optimizer.state[model.weight]["count"] = 3  # a plain number, as some optimizers keep
+    saved = optimizer_tensors(optimizer, names(model))
+    assert torch.equal(saved["weight.count"], torch.tensor(3))
