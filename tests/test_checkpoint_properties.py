@@ -5,6 +5,7 @@ version or of another model is refused in one line naming the file; the metrics 
 whole records around damaged lines and rewrites itself atomically."""
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -231,7 +232,16 @@ def test_the_metrics_log_sends_each_record_to_its_trackers_until_closed(tmp_path
     log.close([tmp_path / "curves.png"])
     log.append({"kind": "train", "step": 5, "loss": 1.0})  # after close: the file only
     assert seen.finished == [tmp_path / "curves.png"] and len(seen.logged) == 1 and seen.logged[0][0] == 4
+    assert seen.logged[0][1]["train/loss"] == 1.5
     assert [r["step"] for r in log.records()] == [4, 5]
+    MetricsLog(tmp_path / "other.jsonl").close([])  # a log that never tracked closes too
+
+
+def test_a_full_disk_refusing_an_append_names_the_log():
+    log = MetricsLog(Path("/dev/full"))  # every write: no space left on the device
+    with pytest.raises(OSError) as refused:
+        log.append({"step": 1})
+    assert refused.value.errno == 28 and refused.value.filename == "/dev/full"
 
 
 def test_a_rank_that_does_not_write_logs_nothing(tmp_path):
