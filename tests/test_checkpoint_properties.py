@@ -259,6 +259,39 @@ def test_records_are_read_as_json_objects_one_a_line(tmp_path):
     assert list(read_records(path)) == [{"a": 1}, {"b": "é"}]
 
 
+def test_each_gpus_random_state_is_saved_and_restored_in_device_order(monkeypatch):
+    """The CUDA branch, on a machine without one: torch.cuda's functions stand in for 12 GPUs."""
+    fake = [torch.tensor([i], dtype=torch.uint8) for i in range(12)]
+    restored = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_rng_state_all", lambda: fake)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 12)
+    monkeypatch.setattr(torch.cuda, "set_rng_state_all", restored.append)
+    state = rng_tensors()
+    assert list(state) == ["rng.torch", *(f"rng.cuda{i}" for i in range(12))]
+    restore_rng(state)
+    assert len(restored) == 1 and [int(s) for s in restored[0]] == list(range(12))  # cuda10 after cuda9, not cuda1
+    restore_rng({k: v for k, v in state.items() if k != "rng.cuda11"})  # saved on 11 GPUs: left alone here
+    restore_rng({**state, "rng.cuda12": fake[0]})  # saved on 13
+    assert len(restored) == 1
+
+
+def test_a_restored_step_count_lives_where_the_optimizer_keeps_it():
+    """Fused and capturable AdamW keep the step count on the parameter's device, the others on
+    the CPU; the moments always go to the parameter's device (here the meta device, which
+    tells the two apart on a machine with no GPU)."""
+    param = nn.Parameter(torch.zeros(2, device="meta"))
+    saved = {"w.step": torch.tensor(3.0), "w.exp_avg": torch.zeros(2), "w.exp_avg_sq": torch.zeros(2)}
+    for flag, step_device in ((None, "cpu"), ("fused", "meta"), ("capturable", "meta")):
+        optimizer = torch.optim.AdamW([param])
+        if flag:
+            optimizer.defaults[flag] = True
+        load_optimizer_tensors(optimizer, {param: "w"}, saved)
+        state = optimizer.state[param]
+        assert (state["exp_avg"].device.type, state["exp_avg_sq"].device.type) == ("meta", "meta"), flag
+        assert state["step"].device.type == step_device, flag
+
+
 def test_a_disk_that_refuses_the_checkpoint_is_named_in_one_line(tmp_path, monkeypatch):
     from safetensors import SafetensorError
 

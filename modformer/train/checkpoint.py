@@ -87,9 +87,12 @@ def restore_rng(rng: dict[str, torch.Tensor]) -> None:
     if "rng.torch" in rng:
         torch.set_rng_state(rng["rng.torch"])
     if torch.cuda.is_available():
-        states = [rng[k] for k in sorted(rng) if k.startswith("rng.cuda")]
-        if len(states) == torch.cuda.device_count():
-            torch.cuda.set_rng_state_all(states)
+        # By device index (a name sort would put rng.cuda10 before rng.cuda2), and only where
+        # the checkpoint has a state for every device here and no more.
+        count = torch.cuda.device_count()
+        saved = [k for k in rng if k.startswith("rng.cuda")]
+        if len(saved) == count and all(f"rng.cuda{i}" in rng for i in range(count)):
+            torch.cuda.set_rng_state_all([rng[f"rng.cuda{i}"] for i in range(count)])
 
 
 def digest(tensors: dict[str, torch.Tensor]) -> str:
