@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch import nn
 
+from modformer.errors import ConfigError
 from modformer.train.config import TrainConfig
 from modformer.train.optim import build_optimizer, learning_rate, parameter_groups, schedule_description
 
@@ -77,3 +78,40 @@ def test_linear_decay_and_no_warm_up():
     assert learning_rate(5, short) == 1.0 and learning_rate(6, short) == pytest.approx(0.5)  # no division by 0
     assert schedule_description(cfg) == {"kind": "linear warmup + linear", "peak_lr": 1.0, "warmup_steps": 0,
                                          "total_steps": 10, "min_lr_ratio": 0.0}
+
+
+# -- the training section's checks, at their boundaries ---------------------------------------
+
+@pytest.mark.parametrize("key", ["steps", "batch_size", "eval_every", "log_every", "eval_batch_size",
+                                 "keep_checkpoints"])
+def test_counts_that_must_be_positive_take_1_and_refuse_0(key):
+    TrainConfig(**{key: 1})
+    with pytest.raises(ConfigError, match=rf"^train\.{key} must be positive, got 0$"):
+        TrainConfig(**{key: 0})
+
+
+@pytest.mark.parametrize("key", ["warmup_steps", "checkpoint_every", "weight_decay", "grad_clip"])
+def test_amounts_that_may_be_zero_take_0_and_refuse_a_negative(key):
+    TrainConfig(**{key: 0})
+    with pytest.raises(ConfigError, match=rf"^train\.{key} must not be negative, got -1$"):
+        TrainConfig(**{key: -1})
+
+
+def test_the_other_training_checks_at_their_boundaries():
+    for good in ({"min_lr_ratio": 0.0}, {"min_lr_ratio": 1.0}, {"betas": (0.0, 0.999)}, {"device": "cuda:3"},
+                 {"device": "auto"}, {"device": "cuda"}, {"threads": 1}, {"threads": None}, {"lr": 1e-9},
+                 {"log_to": ["tensorboard", "wandb"]}, {"seed": 0}):
+        TrainConfig(**good)
+    for bad, message in (({"min_lr_ratio": -0.01}, r"min_lr_ratio must lie in \[0, 1\], got -0\.01"),
+                         ({"min_lr_ratio": 1.01}, r"min_lr_ratio must lie in \[0, 1\], got 1\.01"),
+                         ({"betas": (0.9, 1.0)}, r"betas must lie in \[0, 1\), got \[0\.9, 1\.0\]"),
+                         ({"betas": (-0.1, 0.9)}, r"betas must lie in \[0, 1\)"),
+                         ({"device": "gpu"}, r"device must be cpu, cuda, cuda:N or auto, got 'gpu'"),
+                         ({"threads": 0}, r"threads must be positive or null, got 0"),
+                         ({"lr": 0.0}, r"lr must be positive, got 0\.0"),
+                         ({"seed": -1}, r"seed must be a seed >= 0, got -1"),
+                         ({"log_to": ["wandb", "wandb"]}, r"log_to must name distinct trackers of .*, got \['wandb', "),
+                         ({"log_to": ["neptune"]}, r"log_to must name distinct trackers of tensorboard, wandb, mlflow, "
+                                                   r"got \['neptune'\]")):
+        with pytest.raises(ConfigError, match=rf"^train\.{message}"):
+            TrainConfig(**bad)
