@@ -54,6 +54,8 @@ def test_the_optimizer_is_fused_adamw_at_the_configured_or_given_peak():
     assert optimizer.defaults["lr"] == 0.02 and optimizer.defaults["betas"] == (0.8, 0.9)
     assert [g["weight_decay"] for g in optimizer.param_groups] == [0.05, 0.0]
     assert build_optimizer(Net(), cfg, peak_lr=0.5).defaults["lr"] == 0.5
+    scaled = build_optimizer(Net(), cfg, lambda name: 0.5 if name.startswith("embed") else 1.0)
+    assert [(g["lr_scale"], g["weight_decay"]) for g in scaled.param_groups] == [(0.5, 0.05), (1.0, 0.05), (1.0, 0.0)]
     frozen = nn.Linear(2, 2).requires_grad_(False)
     with pytest.raises(ValueError, match="^the model has no trainable parameter$"):
         build_optimizer(frozen, cfg)
@@ -73,7 +75,7 @@ def test_warm_up_reaches_the_peak_at_its_last_step_and_cosine_ends_at_the_floor(
 
 def test_linear_decay_and_no_warm_up():
     cfg = TrainConfig(lr=1.0, warmup_steps=0, steps=10, min_lr_ratio=0.0, schedule="linear")
-    assert [learning_rate(s, cfg) for s in (0, 5, 10)] == [1.0, 0.5, 0.0]
+    assert [learning_rate(s, cfg) for s in (0, 2, 5, 10)] == pytest.approx([1.0, 0.8, 0.5, 0.0])  # cosine: 0.905 at 2
     short = TrainConfig(lr=1.0, warmup_steps=5, steps=5, min_lr_ratio=0.5)  # all warm-up: no span to decay over
     assert learning_rate(5, short) == 1.0 and learning_rate(6, short) == pytest.approx(0.5)  # no division by 0
     assert schedule_description(cfg) == {"kind": "linear warmup + linear", "peak_lr": 1.0, "warmup_steps": 0,
