@@ -45,7 +45,7 @@ cat >> "$work/pyproject.toml" <<TOML
 paths_to_mutate = ["modformer"]
 only_mutate = ["$pattern"]
 tests_dir = [${tests%, }]
-also_copy = ["configs", "examples"]
+also_copy = ["configs", "examples", "docs", "results", "README.md"]  # what tests read beside the code
 pytest_add_cli_args = ["-n", "0", "-p", "no:cacheprovider"]
 TOML
 (cd "$work"
