@@ -81,8 +81,8 @@ def load_checkpoint_model(path: str | Path, overrides: Sequence[str] = ()) -> tu
     data = ckpt.meta.get("config")
     if not isinstance(data, dict):
         raise ModformerError(f"{path} records no config; it was not written by modformer")
-    try:
-        cfg = config_from_dict(data)
+    try:  # the config as recorded, before any override: is it one today's code reads?
+        config_from_dict(data)
     except ConfigError as e:  # an older modformer's checkpoint: say how to bring it up to date
         raise ConfigError(f"{path}: the config it records is not read today ({e}); a run an older modformer wrote "
                           f"is brought up to date by `modformer migrate RUN_DIR`") from None
