@@ -102,7 +102,7 @@ def test_quoted_figures_are_rewritten_from_the_records_and_checked(tmp_path, cap
     ("sweep standard train.lr=0.003 test.accuracy 1", "expected METRIC then %N, .N or ,N"),
     # a difference: paired by seed, so both settings must hold the same seeds
     ("sweep standard train.lr=0.003 test.accuracy %1 minus mixit train.lr=0.003",
-     r"has seeds \[0, 1, 2\] and mixit \[0\]"),
+     r"a difference is paired by seed, but standard has seeds \[0, 1, 2\] and mixit \[0\]"),
     ("sweep standard train.lr=0.003 test.accuracy %1 minus", "'minus' takes a variant"),
     ("sweep standard train.lr=0.003 test.accuracy %1 minus train.lr=0.01", "'minus' takes a variant"),
     ("sweep standard train.lr=0.003 test.accuracy %1 minus mixit ci", "only KEY=VALUE"),
@@ -136,6 +136,12 @@ def test_two_metrics_of_the_same_runs_are_paired_within_each_run(tmp_path):
     assert ">-0.43<" in text  # the loss at 3e-3 (0.10, 0.08, 0.03; mean 0.07) minus the accuracy at 1e-2 (0.5)
     assert_refused(tmp_path, "sweep standard train.lr=0.003 test.accuracy %0 minus standard metric=[1]",
                    "metric= names a metric")
+
+
+def test_a_ratio_refuses_to_divide_by_zero(tmp_path):
+    sweep_folder(tmp_path, [("standard", 0.003, 0, 1.0, [[0.0]])])  # accuracy 1, so its loss is 0
+    assert_refused(tmp_path, "sweep standard test.accuracy %0 of standard metric=test.loss",
+                   r"^quote '.*': standard's test\.loss is 0; a ratio cannot divide by it$")  # the divisor's metric
 
 
 def test_a_variant_of_another_sweep_folder_is_paired_by_seed(tmp_path):

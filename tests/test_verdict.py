@@ -52,10 +52,20 @@ def test_paired_differences(rule, differences, word):
 
 
 def test_a_rule_whose_parameter_the_sweep_does_not_declare_is_refused_naming_it():
-    with pytest.raises(ModformerError, match=r"sweep.verdict.threshold.*--plan-only"):
+    with pytest.raises(ModformerError, match=r"^verdict=solves reads sweep\.verdict\.threshold, which folder does not "
+                                             r"declare: .*--plan-only\)$"):
         verdict("solves", [1.0], VerdictConfig(), "folder")
-    with pytest.raises(ModformerError, match="sweep.verdict.margin"):
+    with pytest.raises(ModformerError, match=r"^verdict=equal reads sweep\.verdict\.margin, which folder does not"):
         verdict("equal", [0.0, 0.1], VerdictConfig(threshold=0.9), "folder")
+
+
+def test_an_interval_reaching_exactly_the_margin_counts_as_within_it():
+    from modformer.stats import summarize
+
+    differences = [-0.01, 0.0, 0.01]
+    low, high = summarize(differences).interval(None)
+    assert verdict("equal", differences, VerdictConfig(margin=high), "here") == "agrees"  # -margin <= low, high <= margin
+    assert verdict("equal", differences, VerdictConfig(margin=high * 0.999), "here") == "no order at this budget"
 
 
 def _sweep(root, verdict_params, accuracies):

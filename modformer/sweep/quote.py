@@ -362,7 +362,7 @@ def _values(spec: str, records: Records, folder: str, variant: str, where: dict[
         raise ModformerError(f"quote '{spec}': a {'ratio' if ratio else 'difference'} is paired by seed, but "
                              f"{variant} has seeds {seeds} and {minus[0]} {sorted(others)}")
     if ratio and 0 in others.values():
-        raise ModformerError(f"quote '{spec}': {minus[0]}'s {metric} is 0; a ratio cannot divide by it")
+        raise ModformerError(f"quote '{spec}': {minus[0]}'s {other_metric} is 0; a ratio cannot divide by it")
     return [v / others[seed] if ratio else v - others[seed] for v, seed in zip(values, seeds)]
 
 
