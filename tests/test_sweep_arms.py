@@ -50,7 +50,10 @@ def test_each_arm_runs_its_variant_with_its_own_settings(tmp_path):
 
 @pytest.mark.parametrize("arms, grid, says", [
     ({"standard": {}, "standard_top_standard": {"variant": "standard", "model.layers": {-1: "standard"}}}, {},
-     "arms 'standard' and 'standard_top_standard' train the same model"),
+     r"arms 'standard' and 'standard_top_standard' train the same model \(standard, model.layers=\{-1: 'standard'\} "
+     r"resolves to standard's config\): keep one of them$"),
+    ({"standard": {}, "standard_top_standard": {"variant": "standard", "model.layers": {-1: "standard"}}},
+     {"train.lr": [0.1]}, r"resolves to standard's config at train.lr=0.1\): keep one of them$"),  # the grid point
     ({"standard_hybrid": {"model.layers": {-1: "mixit"}}}, {},
      r"unknown variant 'standard_hybrid'.*sweep.variants.standard_hybrid gives no `variant`"),
     ({"a": {"variant": "frozen_qk", "train.lr": 0.1}}, {"train.lr": [0.1, 0.01]},
