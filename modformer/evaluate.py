@@ -82,13 +82,14 @@ def load_checkpoint_model(path: str | Path, overrides: Sequence[str] = ()) -> tu
     if not isinstance(data, dict):
         raise ModformerError(f"{path} records no config; it was not written by modformer")
     try:  # the config as recorded, before any override: is it one today's code reads?
-        config_from_dict(data)
+        cfg = config_from_dict(data)
     except ConfigError as e:  # an older modformer's checkpoint: say how to bring it up to date
         raise ConfigError(f"{path}: the config it records is not read today ({e}); a run an older modformer wrote "
                           f"is brought up to date by `modformer migrate RUN_DIR`") from None
-    for assignment in overrides:
-        apply_override(data, assignment)
-    cfg = config_from_dict(data)
+    if overrides:
+        for assignment in overrides:
+            apply_override(data, assignment)
+        cfg = config_from_dict(data)
     model = build_model(cfg.model, cfg.train.seed)
     load_model_state(model, ckpt.model, path)
     return model, cfg.to_dict(), ckpt.step

@@ -232,11 +232,15 @@ def _config_file(path: Path, saved: bool, done: Migrated) -> dict[str, Any] | No
     data = _read_yaml(path)
     if not isinstance(data, dict):
         return None
-    changed = [c for fn in CONFIG for c in fn(data, saved)]
+    changed = _config(data, saved)
     if changed:
         atomic_write_text(path, _dump_yaml(data))
         done.changes[str(path.relative_to(done.folder))] = changed
     return data
+
+
+def _config(data: dict[str, Any], saved: bool) -> list[str]:
+    return [c for fn in CONFIG for c in fn(data, saved)]
 
 
 def _summary(summary: dict[str, Any], config: dict[str, Any] | None) -> list[str]:
@@ -251,7 +255,7 @@ def _checkpoints(run: Path, done: Migrated) -> None:
 
     def config(meta: dict[str, Any]) -> list[str]:
         data = meta.get("config")
-        return [c for fn in CONFIG for c in fn(data, True)] if isinstance(data, dict) else []
+        return _config(data, True) if isinstance(data, dict) else []
 
     for _, path in list_checkpoints(run / "checkpoints"):
         try:
@@ -338,7 +342,7 @@ def _sweep_folder(folder: Path, done: Migrated) -> None:
     saved = _read_yaml(folder / "sweep.yaml")
     if not isinstance(saved, dict):
         raise ModformerError(f"{folder / 'sweep.yaml'} is not a sweep file (a mapping); nothing was migrated")
-    changed = [c for fn in SWEEP for c in fn(saved)] + [c for fn in CONFIG for c in fn(saved, False)]
+    changed = [c for fn in SWEEP for c in fn(saved)] + _config(saved, False)
     results = folder / "results.jsonl"
     records = []
     if results.is_file():

@@ -340,15 +340,16 @@ def _other(spec: str, words: list[str], keyword: str) -> tuple[list[str], list[s
 
 
 def _values(spec: str, records: Records, folder: str, variant: str, where: dict[str, Any], metric: str,
-            minus: list[str] | None, ratio: bool = False) -> list[float]:
-    """One setting's metric per seed, in seed order; with `minus`, the differences from the
-    other setting (its grid values over the first's), paired by seed (`ratio`: the quotients)."""
+            other: list[str] | None, ratio: bool = False) -> list[float]:
+    """One setting's metric per seed, in seed order; with `other` (the words after `minus` or
+    `of`), the differences from that setting (its grid values over the first's), paired by seed
+    (`ratio`: the quotients)."""
     runs = records.runs(folder, variant, where)
     folder_path = records.root / folder
     values = [_metric(r, metric, folder_path) for r in runs]
-    if minus is None:
+    if other is None:
         return values
-    named = _grid_values(minus[1:])
+    named = _grid_values(other[1:])
     carried = where if "folder" not in named else {k: v for k, v in where.items() if k == "seed"}
     other_where = {**carried, **named}  # another folder has a grid of its own
     other_metric, other_folder = other_where.pop("metric", metric), other_where.pop("folder", folder)
@@ -356,13 +357,13 @@ def _values(spec: str, records: Records, folder: str, variant: str, where: dict[
         raise ModformerError(f"quote '{spec}': metric= names a metric (a dotted path into the summary), folder= a "
                              f"sweep folder")
     others = {r["seed"]: _metric(r, other_metric, records.root / other_folder)
-              for r in records.runs(other_folder, minus[0], other_where)}
+              for r in records.runs(other_folder, other[0], other_where)}
     seeds = [r["seed"] for r in runs]
     if sorted(others) != seeds:
         raise ModformerError(f"quote '{spec}': a {'ratio' if ratio else 'difference'} is paired by seed, but "
-                             f"{variant} has seeds {seeds} and {minus[0]} {sorted(others)}")
+                             f"{variant} has seeds {seeds} and {other[0]} {sorted(others)}")
     if ratio and 0 in others.values():
-        raise ModformerError(f"quote '{spec}': {minus[0]}'s {other_metric} is 0; a ratio cannot divide by it")
+        raise ModformerError(f"quote '{spec}': {other[0]}'s {other_metric} is 0; a ratio cannot divide by it")
     return [v / others[seed] if ratio else v - others[seed] for v, seed in zip(values, seeds)]
 
 
