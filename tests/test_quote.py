@@ -233,6 +233,31 @@ def test_a_benchmark_figure_is_one_row_of_its_record_or_a_ratio_of_two(tmp_path)
     assert quote_file(page, check=True) == []
 
 
+@pytest.mark.parametrize("ending, word", [
+    ("verdict=above threshold=1", "agrees"),  # 9,360 / 7,200 = 1.3
+    ("verdict=above threshold=1.32", "does not"),
+    ("verdict=below threshold=1.1", "does not"),
+    ("verdict=below threshold=1.31", "agrees"),
+])
+def test_a_benchmark_verdict_is_its_one_measurement_against_the_threshold_the_quote_declares(tmp_path, ending, word):
+    from modformer.sweep.quote import Records, render
+
+    bench_record(tmp_path)
+    spec = f'bench.json "contender=modformer mixit" precision=fp32 tokens_per_s over "contender=modformer standard" {ending}'
+    assert render(spec, Records(tmp_path)) == word
+
+
+@pytest.mark.parametrize("spec, says", [
+    ('bench.json "contender=modformer mixit" precision=fp32 tokens_per_s verdict=equal threshold=1', "above or below"),
+    ('bench.json "contender=modformer mixit" precision=fp32 tokens_per_s .2 verdict=above threshold=1', "for a verdict"),
+    ('bench.json "contender=modformer mixit" precision=fp32 tokens_per_s verdict=above threshold=x', "expected a number"),
+    ('bench.json "contender=modformer mixit" precision=fp32 tokens_per_s verdict=above', "expected FILE.json"),
+])
+def test_a_malformed_benchmark_verdict_is_refused_in_words(tmp_path, spec, says):
+    bench_record(tmp_path)
+    assert_refused(tmp_path, spec, says)
+
+
 @pytest.mark.parametrize("version, spec, message", [
     (None, "bench.json contender=x mfu %1", "names no code version or machine"),  # an older list of rows
     ("0.1.0", "bench.json precision=fp32 mfu %1", "not by a clean commit"),  # made outside a checkout

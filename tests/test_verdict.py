@@ -59,6 +59,29 @@ def test_a_rule_whose_parameter_the_sweep_does_not_declare_is_refused_naming_it(
         verdict("equal", [0.0, 0.1], VerdictConfig(threshold=0.9), "folder")
 
 
+@pytest.mark.parametrize("values, span, word", [
+    ([0.48, 0.49, 0.5], None, "agrees"),  # within 0.486 +- 0.05
+    ([0.25, 0.254, 0.256], None, "does not"),  # wholly below 0.436
+    ([0.25, 0.254, 0.256], 16, "unconverged"),  # the same at one budget of a sweep that reads curves
+    ([0.3, 0.5, 0.6], None, "no order at this budget"),  # straddles an edge
+])
+def test_near_reads_the_interval_against_the_claimed_value_and_the_margin(values, span, word):
+    assert verdict("near", values, VerdictConfig(margin=0.05, span=span), "here", target=0.486) == word
+
+
+def test_near_names_its_value_in_the_quote(tmp_path):
+    from modformer.sweep.quote import Records, render
+
+    _sweep(tmp_path, {"margin": 0.1}, {"mixit": [0.5, 0.45, 0.52]})
+    assert render("s mixit test.accuracy verdict=near=0.486", Records(tmp_path)) == "agrees"
+    assert render("s mixit test.accuracy verdict=near=0.9", Records(tmp_path)) == "does not"
+    for spec, says in [("s mixit test.accuracy verdict=near", "near=VALUE"),
+                       ("s mixit test.accuracy verdict=solves=0.5", "near=VALUE"),
+                       ("s mixit test.accuracy verdict=near=half", "expected a number, got 'half'")]:
+        with pytest.raises(ModformerError, match=says):
+            render(spec, Records(tmp_path))
+
+
 def test_an_interval_reaching_exactly_the_margin_counts_as_within_it():
     from modformer.stats import summarize
 
@@ -100,7 +123,7 @@ def test_a_page_quotes_its_verdicts_and_a_planted_wrong_word_fails_the_check(tmp
     ("s frozen_qk test.accuracy verdict=below", "name the second with 'minus'"),
     ("s frozen_qk test.accuracy verdict=solves minus standard", "judges one setting"),
     ("s frozen_qk test.accuracy verdict=equal minus standard vs standard", "'vs' names the reference of verdict=solves"),
-    ("s frozen_qk test.accuracy verdict=wins", "a rule of solves, fails, below, above, equal"),
+    ("s frozen_qk test.accuracy verdict=wins", "a rule of solves, fails, below, above, equal, near"),
     ("s frozen_qk test.accuracy .1 vs standard", "'vs' names the reference of a verdict"),
 ])
 def test_a_malformed_verdict_is_refused_in_words(tmp_path, spec, says):

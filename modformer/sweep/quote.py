@@ -59,8 +59,13 @@ field values that pick a second row to divide by:
     <!--q ../bench/llama_throughput.json contender="modformer mixit" precision=fp32 tokens_per_s ,0-->9,346<!--/q-->
     <!--q ../bench/llama_throughput.json "contender=modformer mixit" precision=fp32 tokens_per_s .2 over "contender=modformer standard"-->1.30<!--/q-->
 
-(the second row keeps every field value of the first that `over` does not name). A
-record that names no clean commit or no machine is refused (`modformer.sweep.bench_records`).
+(the second row keeps every field value of the first that `over` does not name). Its
+verdict drops the format and ends with the rule and the threshold the claim names (one
+measurement: agrees or does not, `measured_verdict` in modformer/sweep/verdict.py):
+
+    <!--q ../bench/llama_throughput.json "contender=modformer mixit" tokens_per_s over "contender=modformer standard" verdict=above threshold=1-->agrees<!--/q-->
+
+A record that names no clean commit or no machine is refused (`modformer.sweep.bench_records`).
 An experiment's JSON-lines records (a path ending in `.jsonl`, each line one measurement
 naming its clean commit) are quoted the same way, each line a row, the field a dotted path:
 
@@ -93,7 +98,7 @@ from ..stats import metric_bounds, rate_interval, summarize
 from ..train.records import read_records
 from .kinds import saved_sweep
 from .runner import read_results
-from .verdict import COMPARING, RULES, VerdictConfig, verdict
+from .verdict import COMPARING, RULES, VerdictConfig, measured_verdict, verdict
 
 QUOTE = re.compile(r"<!--q (?P<spec>[^>]*?)-->(?P<value>.*?)<!--/q-->", re.S)
 FLAGS = {"ci", "mean", "seeds", "min", "max", "range", "n"}
@@ -263,8 +268,13 @@ def _fields(words: list[str]) -> dict[str, str]:
 
 
 def _render_bench(spec: str, words: list[str], records: Records) -> str:
-    """A benchmark record's figure: FILE.json KEY=VALUE ... FIELD FORMAT [over KEY=VALUE ...]."""
+    """A benchmark record's figure: FILE.json KEY=VALUE ... FIELD FORMAT [over KEY=VALUE ...], or
+    its verdict: the same without FORMAT, ending verdict=above|below threshold=T."""
     file, rest = words[0], words[1:]
+    judged = None
+    if len(rest) >= 2 and rest[-2].startswith("verdict=") and rest[-1].startswith("threshold="):
+        judged = rest[-2].split("=", 1)[1], _number_word(spec, rest[-1].split("=", 1)[1])
+        rest = rest[:-2]
     where = _fields(rest)
     over = None
     if "over" in rest:
@@ -274,10 +284,11 @@ def _render_bench(spec: str, words: list[str], records: Records) -> str:
         if over_words or not over:
             raise ModformerError(f"quote '{spec}': 'over' takes only KEY=VALUE words")
         rest = rest[:at]
-    if len(rest) != 2 or not re.fullmatch(r"[%.,]\d", rest[1]):
+    if len(rest) != (1 if judged else 2) or not judged and not re.fullmatch(r"[%.,]\d", rest[1]):
         raise ModformerError(f"quote '{spec}': expected FILE.json (or .jsonl) KEY=VALUE ... FIELD then %N, .N or ,N, "
-                             f"then optionally over KEY=VALUE ...")
-    field, fmt = rest
+                             f"then optionally over KEY=VALUE ...; or, for a verdict, FIELD [over ...] then "
+                             f"verdict=above|below threshold=T")
+    field, fmt = rest[0], rest[-1]
     rows = records.bench(file)
     value = bench_value(rows, where, field, file)
     if over is not None:
@@ -285,6 +296,8 @@ def _render_bench(spec: str, words: list[str], records: Records) -> str:
         if base == 0:
             raise ModformerError(f"quote '{spec}': the row it divides by has {field} 0")
         value /= base
+    if judged is not None:
+        return measured_verdict(judged[0], value, judged[1])
     return _number(value, fmt[0], int(fmt[1])) + ("%" if fmt[0] == "%" else "")
 
 
@@ -377,9 +390,11 @@ def _render_verdict(spec: str, folder: str, variant: str, where: dict[str, Any],
         if at + 2 != len(rest):
             raise ModformerError(f"quote '{spec}': 'over' takes one grid axis, the budget curve's (e.g. train.steps)")
         rest, axis = rest[:at], rest[at + 1]
-    rule = rest[-1].split("=", 1)[1]
-    if len(rest) != 2 or rule not in RULES:
-        raise ModformerError(f"quote '{spec}': expected METRIC then verdict=RULE, a rule of {', '.join(RULES)}")
+    rule, _, argument = rest[-1].split("=", 1)[1].partition("=")
+    if len(rest) != 2 or rule not in RULES or bool(argument) != (rule == "near"):
+        raise ModformerError(f"quote '{spec}': expected METRIC then verdict=RULE, a rule of {', '.join(RULES)} "
+                             f"(near=VALUE names the value the claim gives)")
+    target = _number_word(spec, argument) if argument else None
     if (rule in COMPARING) != (minus is not None):
         raise ModformerError(f"quote '{spec}': verdict={rule} " + ("compares two settings: name the second with "
                              "'minus'" if rule in COMPARING else "judges one setting; a difference takes below, "
@@ -398,7 +413,14 @@ def _render_verdict(spec: str, folder: str, variant: str, where: dict[str, Any],
         raise ModformerError(f"quote '{spec}': a difference's verdict needs at least 2 seeds, got {len(values)}")
     reference = None if vs is None else _values(spec, records, folder, vs[0], {**where, **_grid_values(vs[1:])},
                                                 rest[0], None)
-    return verdict(rule, values, records.verdict(folder), folder, reference, curve)
+    return verdict(rule, values, records.verdict(folder), folder, reference, curve, target)
+
+
+def _number_word(spec: str, word: str) -> float:
+    try:
+        return float(word)
+    except ValueError:
+        raise ModformerError(f"quote '{spec}': expected a number, got '{word}'") from None
 
 
 def _grid_values(words: list[str]) -> dict[str, Any]:

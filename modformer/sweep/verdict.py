@@ -30,6 +30,16 @@ Rules (`RULES`), each reading its parameters from the sweep's `sweep.verdict` se
   **does not** where it excludes 0, **no order at this budget** where it includes 0 but
   reaches past the margin. Where the sweep declares `span`, a difference against the claim
   of `below`, `above` or `equal` at one budget is **unconverged** (no curve shows it holds).
+- `near=VALUE`: the claim that the metric is about VALUE (a paper's figure, in the metric's
+  own scale: `verdict=near=0.486` for "about 48.6%"): **agrees** where the 95% t interval
+  lies within VALUE +-`margin`, **does not** where it lies wholly outside (**unconverged**
+  where the sweep declares `span`: one budget does not show where training ends), **no order
+  at this budget** where it straddles an edge.
+
+A benchmark's figure is one measurement (no seeds, no interval); its verdict
+(`measured_verdict`) is `above` or `below` a threshold the quote itself declares, since a
+benchmark has no sweep file: **agrees** where the figure lies on the claim's side of it,
+**does not** where it does not.
 
 A typed word that differs from the computed one fails `modformer quote --check`, as any
 quoted figure does.
@@ -72,8 +82,9 @@ class VerdictConfig:
             raise ValueError(f"span must be at least 1, got {self.span}")
 
 
-RULES = ("solves", "fails", "below", "above", "equal")
+RULES = ("solves", "fails", "below", "above", "equal", "near")
 COMPARING = ("below", "above", "equal")  # rules of a paired difference (`minus`)
+MEASURED = ("above", "below")  # the rules of one measurement (`measured_verdict`)
 
 
 def _parameter(params: VerdictConfig, name: str, rule: str, where: str) -> float:
@@ -92,7 +103,8 @@ def success_rate(values: list[float], threshold: float) -> str:
 
 
 def verdict(rule: str, values: list[float], params: VerdictConfig, where: str,
-            reference: list[float] | None = None, curve: list[tuple[float, list[float]]] | None = None) -> str:
+            reference: list[float] | None = None, curve: list[tuple[float, list[float]]] | None = None,
+            target: float | None = None) -> str:
     """The verdict word of `rule` on one setting's per-seed values (or, for a comparing rule,
     its per-seed differences), by the parameters `params` of the sweep `where` names.
 
@@ -104,6 +116,7 @@ def verdict(rule: str, values: list[float], params: VerdictConfig, where: str,
         reference: `solves` only: the `vs` reference's values per seed at the same setting.
         curve: `solves` only: (budget, values per seed) at every budget of the curve, in
             increasing budget, `values` being the last's; None: no curve.
+        target: `near` only: the value the claim says the metric is about.
 
     Returns:
         agrees, does not, no order at this budget, unconverged, or a success rate.
@@ -121,6 +134,14 @@ def verdict(rule: str, values: list[float], params: VerdictConfig, where: str,
             return DOES_NOT if flat else UNCONVERGED
         return success_rate(values, threshold)
     low, high = summarize(values).interval(None)
+    if rule == "near":
+        if target is None:
+            raise ModformerError("verdict=near names the value the claim says the metric is about: near=VALUE")
+        margin = _parameter(params, "margin", rule, where)
+        if target - margin <= low and high <= target + margin:
+            return AGREES
+        outside = high < target - margin or low > target + margin
+        return (DOES_NOT if params.span is None else UNCONVERGED) if outside else NO_ORDER
     if rule == "equal":
         margin = _parameter(params, "margin", rule, where)
         if low > 0 or high < 0:
@@ -129,6 +150,14 @@ def verdict(rule: str, values: list[float], params: VerdictConfig, where: str,
     claim_side = high < 0 if rule == "below" else low > 0
     other_side = low > 0 if rule == "below" else high < 0
     return AGREES if claim_side else (DOES_NOT if params.span is None else UNCONVERGED) if other_side else NO_ORDER
+
+
+def measured_verdict(rule: str, value: float, threshold: float) -> str:
+    """The verdict of one measurement (a benchmark's figure): agrees where `value` lies on the
+    claim's side of `threshold` (`above`: past it; `below`: short of it), does not elsewhere."""
+    if rule not in MEASURED:
+        raise ModformerError(f"verdict={rule}: one measurement is judged above or below a threshold only")
+    return AGREES if (value > threshold if rule == "above" else value < threshold) else DOES_NOT
 
 
 def _flat_failure(curve: list[tuple[float, list[float]]] | None, threshold: float, params: VerdictConfig) -> bool:
