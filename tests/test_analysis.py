@@ -157,7 +157,7 @@ def test_signal_propagation_is_finite_and_writes_reports(tmp_path):
             assert len(r[f"{measure}_by_layer"]) == r["depth"]
             assert r[f"{measure}_by_layer"][-1] == pytest.approx(r[measure])
     paths = write_reports(results, tmp_path / "out", {"note": "test"})
-    assert json.loads(paths["json"].read_text())["results"] == results
+    assert json.loads(paths["json"].read_text())["rows"] == results
     markdown = paths["markdown"].read_text()
     assert "| mixit |" in markdown and "depth 3" in markdown
     assert "differ only in what trains): standard, random_transformer." in markdown

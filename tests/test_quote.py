@@ -238,6 +238,7 @@ def test_a_benchmark_figure_is_one_row_of_its_record_or_a_ratio_of_two(tmp_path)
     ("verdict=above threshold=1.32", "does not"),
     ("verdict=below threshold=1.1", "does not"),
     ("verdict=below threshold=1.31", "agrees"),
+    ("verdict=above threshold=0", "agrees"),
 ])
 def test_a_benchmark_verdict_is_its_one_measurement_against_the_threshold_the_quote_declares(tmp_path, ending, word):
     from modformer.sweep.quote import Records, render
@@ -245,6 +246,9 @@ def test_a_benchmark_verdict_is_its_one_measurement_against_the_threshold_the_qu
     bench_record(tmp_path)
     spec = f'bench.json "contender=modformer mixit" precision=fp32 tokens_per_s over "contender=modformer standard" {ending}'
     assert render(spec, Records(tmp_path)) == word
+    difference = spec.replace(" over ", " minus ")  # 9,360 - 7,200 = 2,160
+    assert render(difference, Records(tmp_path)) == ("agrees" if ending.startswith("verdict=above") else "does not")
+    assert render(difference.split(" verdict=")[0].replace(" minus", " ,0 minus"), Records(tmp_path)) == "2,160"
 
 
 @pytest.mark.parametrize("spec, says", [

@@ -253,8 +253,9 @@ def plot_signal(results: list[dict[str, Any]], path: str | Path, title: str = ""
 
 
 def write_reports(results: list[dict[str, Any]], out: str | Path, settings: dict[str, Any]) -> dict[str, Path]:
-    """signal.json (settings and results), signal.md (tables) and signal.png under `out`,
-    each written atomically.
+    """signal.json (settings, and the results as a record's `rows`, which `modformer quote` reads
+    as it reads a benchmark's), signal.md (tables) and signal.png under `out`, each written
+    atomically.
 
     Args:
         results: the records `signal_propagation` returns.
@@ -267,7 +268,9 @@ def write_reports(results: list[dict[str, Any]], out: str | Path, settings: dict
     """
     out = output_folder(out)
     paths = {"json": out / "signal.json", "markdown": out / "signal.md", "plot": out / "signal.png"}
-    atomic_write_text(paths["json"], json.dumps({"settings": settings, "results": results}, indent=2) + "\n")
+    record = {"code_version": settings.get("code_version"), "machine": settings.get("machine"), "settings": settings,
+              "rows": results}
+    atomic_write_text(paths["json"], json.dumps(record, indent=2) + "\n")
     made = f"Made by modformer {settings.get('code_version', 'unknown')} on {settings.get('machine', 'unknown')}.\n\n"
     atomic_write_text(paths["markdown"], "# Signal propagation at initialisation\n\n" + made + markdown_tables(results))
     plot_signal(results, paths["plot"])

@@ -59,7 +59,8 @@ field values that pick a second row to divide by:
     <!--q ../bench/llama_throughput.json contender="modformer mixit" precision=fp32 tokens_per_s ,0-->9,346<!--/q-->
     <!--q ../bench/llama_throughput.json "contender=modformer mixit" precision=fp32 tokens_per_s .2 over "contender=modformer standard"-->1.30<!--/q-->
 
-(the second row keeps every field value of the first that `over` does not name). Its
+(the second row keeps every field value of the first that `over` does not name; `minus`
+in its place subtracts that row's number). Its
 verdict drops the format and ends with the rule and the threshold the claim names (one
 measurement: agrees or does not, `measured_verdict` in modformer/sweep/verdict.py):
 
@@ -268,7 +269,7 @@ def _fields(words: list[str]) -> dict[str, str]:
 
 
 def _render_bench(spec: str, words: list[str], records: Records) -> str:
-    """A benchmark record's figure: FILE.json KEY=VALUE ... FIELD FORMAT [over KEY=VALUE ...], or
+    """A benchmark record's figure: FILE.json KEY=VALUE ... FIELD FORMAT [over|minus KEY=VALUE ...], or
     its verdict: the same without FORMAT, ending verdict=above|below threshold=T."""
     file, rest = words[0], words[1:]
     judged = None
@@ -276,26 +277,28 @@ def _render_bench(spec: str, words: list[str], records: Records) -> str:
         judged = rest[-2].split("=", 1)[1], _number_word(spec, rest[-1].split("=", 1)[1])
         rest = rest[:-2]
     where = _fields(rest)
-    over = None
-    if "over" in rest:
-        at = rest.index("over")
-        over_words = rest[at + 1:]
-        over = _fields(over_words)
-        if over_words or not over:
-            raise ModformerError(f"quote '{spec}': 'over' takes only KEY=VALUE words")
-        rest = rest[:at]
+    other = keyword = None
+    for keyword in ("over", "minus"):
+        if keyword in rest:
+            at = rest.index(keyword)
+            other_words = rest[at + 1:]
+            other = _fields(other_words)
+            if other_words or not other:
+                raise ModformerError(f"quote '{spec}': '{keyword}' takes only KEY=VALUE words")
+            rest = rest[:at]
+            break
     if len(rest) != (1 if judged else 2) or not judged and not re.fullmatch(r"[%.,]\d", rest[1]):
         raise ModformerError(f"quote '{spec}': expected FILE.json (or .jsonl) KEY=VALUE ... FIELD then %N, .N or ,N, "
-                             f"then optionally over KEY=VALUE ...; or, for a verdict, FIELD [over ...] then "
+                             f"then optionally over (or minus) KEY=VALUE ...; or, for a verdict, FIELD [over ...] then "
                              f"verdict=above|below threshold=T")
     field, fmt = rest[0], rest[-1]
     rows = records.bench(file)
     value = bench_value(rows, where, field, file)
-    if over is not None:
-        base = bench_value(rows, {**where, **over}, field, file)
-        if base == 0:
+    if other is not None:
+        base = bench_value(rows, {**where, **other}, field, file)
+        if keyword == "over" and base == 0:
             raise ModformerError(f"quote '{spec}': the row it divides by has {field} 0")
-        value /= base
+        value = value / base if keyword == "over" else value - base
     if judged is not None:
         return measured_verdict(judged[0], value, judged[1])
     return _number(value, fmt[0], int(fmt[1])) + ("%" if fmt[0] == "%" else "")
