@@ -104,3 +104,27 @@ def test_a_run_beside_changed_records_is_not_dirty_and_one_beside_changed_code_i
     assert not changed_code(tmp_path)
     (tmp_path / "modformer" / "code.py").write_text("x = 2\n")
     assert changed_code(tmp_path)
+
+
+@pytest.mark.parametrize("page", ["random_attention/README.md", "knowledge/README.md", "llm_modules/README.md"])
+def test_every_verdict_cell_of_a_results_page_is_computed(page):
+    """A verdict typed beside its figures can say more than they do (issue 52): in every table
+    of the three papers' pages with a verdict column, each row's cell holds a verdict quote
+    (`verdict=RULE`), whose word `modformer quote --check` recomputes."""
+    typed, checked = [], 0
+    columns = None
+    for number, line in enumerate((RESULTS / page).read_text().splitlines(), 1):
+        if not line.startswith("|"):
+            columns = None
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")] if "<!--" not in line else \
+            re.split(r"\s\|\s(?![^<]*-->)", line.strip().strip("|"))  # a quote's spec holds no cell
+        if columns is None:
+            columns = [c.lower() for c in cells]
+        elif "verdict" in columns and not set(line) <= set("|-: "):
+            checked += 1
+            cell = cells[columns.index("verdict")] if len(cells) == len(columns) else line
+            if "verdict=" not in cell:
+                typed.append(f"line {number}: {cell[:80]}")
+    assert checked, f"{page} has no table with a verdict column"
+    assert not typed, f"{page}: verdict cells not computed:\n" + "\n".join(typed)
