@@ -11,7 +11,9 @@ an entry point of the group `modformer.constructions`, like any part.
 A construction is a `Construction`: what it fills (`fill`, on the raw config data, before
 the strict loader reads it), how it names a resolved config (`label`, e.g. "reference
 (SCRIPT) except lr 0.003"), its own options (`Options`, a dataclass given as
-`model.construction_options`, checked like a part's), and the paper whose experiments it
+`model.construction_options`, checked like a part's), what it changes in a built model that
+no key of the library's config holds (`adapt`, given the model before its initialisation and
+the options: another codebase's branch scales, say), and the paper whose experiments it
 serves (`paper`: a report of a sweep built with it adds that paper's sections).
 
 Configs written before a key moved are not read here: `modformer migrate` rewrites them once
@@ -22,6 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Callable
+
+from torch import nn
 
 from .configtools import from_dict, to_dict
 from .errors import ConfigError
@@ -38,6 +42,8 @@ class Construction:
     label: Callable[[dict[str, Any]], str]  # a resolved config (plain data) -> its name in reports
     Options: type | None = None  # its options' dataclass (model.construction_options), if any
     paper: str | None = None  # the paper plugin whose report sections it brings (set by Paper.construction)
+    # (built model, its options as an `Options` instance) -> changed in place, before initialisation
+    adapt: Callable[[nn.Module, Any], None] | None = None
 
 
 def _nothing(data: dict[str, Any]) -> None:
@@ -91,6 +97,16 @@ def construction_paper(config: dict[str, Any]) -> str | None:
     """The paper whose experiments a resolved config's construction serves, if any."""
     name = _name(config)
     return CONSTRUCTIONS[name].paper if isinstance(name, str) else None
+
+
+def adapt_model(cfg: ModelConfig, model: nn.Module) -> None:
+    """Apply the construction of `cfg` to the model built from it (in place): what the
+    construction changes that no key of `ModelConfig` holds, by its options."""
+    construction = CONSTRUCTIONS[cfg.construction]
+    if construction.adapt is not None:
+        options = None if construction.Options is None else \
+            from_dict(construction.Options, cfg.construction_options, "model.construction_options")
+        construction.adapt(model, options)
 
 
 def constructed_model(construction: str, variant: str, **model: Any) -> ModelConfig:

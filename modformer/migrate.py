@@ -29,12 +29,13 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable
 
 import yaml
 
+from .constructions import CONSTRUCTIONS
 from .errors import ModformerError
 from .files import atomic_write_text
 from .migrate_options import command_sections, config_sections, renamed_key, renamed_point, sweep_sections
@@ -88,6 +89,41 @@ def _variant_mixer(data: dict[str, Any], saved: bool) -> list[str]:
         model["mixer"] = mixer
         return [f"model.mixer attention -> {mixer} (the {model['variant']} variant's)"]
     return []
+
+
+# Records format 4 (2026-12-07): keys that left ModelConfig for the options of the construction
+# that reads them (a paper's fidelity knobs), each with the value every other model had.
+CONSTRUCTION_KEYS = {"residual_scale": 1.0, "skip_scale": 1.0, "scaled_linear": None}
+
+
+def _construction_keys(data: dict[str, Any], saved: bool) -> list[str]:
+    """`CONSTRUCTION_KEYS` moved into `model.construction_options` where the model's
+    construction declares them, dropped where they hold the value every model had; any other
+    value has no construction to read it, and is refused."""
+    model = data.get("model")
+    if not isinstance(model, dict) or not any(key in model for key in CONSTRUCTION_KEYS):
+        return []
+    name = model.get("construction", "corrected")
+    Options = CONSTRUCTIONS[name].Options if isinstance(name, str) else None
+    declared = {f.name for f in fields(Options)} if Options is not None else set()
+    changed = []
+    for key, default in CONSTRUCTION_KEYS.items():
+        if key not in model:
+            continue
+        value = model.pop(key)
+        if key in declared:
+            options = model.get("construction_options")
+            if not isinstance(options, dict):
+                options = model["construction_options"] = {}
+            options.setdefault(key, value)
+            changed.append(f"model.{key} -> model.construction_options.{key}")
+        elif value == default:
+            changed.append(f"model.{key} dropped (the value every model had; no key holds it today)")
+        else:
+            raise ModformerError(f"model.{key}={value!r}: construction '{name}' has no such option, and the library's "
+                                 f"model no longer holds it (records format 4); a construction that declares it "
+                                 f"must be installed to migrate this config")
+    return changed
 
 
 def _sweep_kind(data: dict[str, Any]) -> list[str]:
@@ -240,7 +276,9 @@ def _config_file(path: Path, saved: bool, done: Migrated) -> dict[str, Any] | No
 
 
 def _config(data: dict[str, Any], saved: bool) -> list[str]:
-    return [c for fn in CONFIG for c in fn(data, saved)]
+    # The format-4 step last: a paper's migration may first move a former key of its own into
+    # the construction's options, which that step then extends.
+    return [c for fn in (*CONFIG, _construction_keys) for c in fn(data, saved)]
 
 
 def _summary(summary: dict[str, Any], config: dict[str, Any] | None) -> list[str]:

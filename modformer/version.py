@@ -19,8 +19,10 @@ RECORDS = "results"
 # The format of the records a sweep and a run write (sweep.yaml's and run.json's `format`):
 # records without it were written before 2026-12-06 (format 1); format 2 (to 2026-12-07) kept
 # the built-in mixers' options in the sections model.attention and model.mixing (now each
-# mixer's own options); `modformer migrate DIR` brings them up to date (modformer/migrate.py).
-RECORDS_FORMAT = 3
+# mixer's own options); format 3 (2026-12-07) kept the random-attention reference's residual
+# and skip scales and scaled projections as keys of the model config (now that construction's
+# options); `modformer migrate DIR` brings them up to date (modformer/migrate.py).
+RECORDS_FORMAT = 4
 
 
 def records_format_problem(written: object, folder: object) -> str | None:

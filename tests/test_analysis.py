@@ -193,12 +193,12 @@ def _parser():
 def test_signal_command_prints_the_table(tmp_path, capsys):
     args = _parser().parse_args(["signal", "--out", str(tmp_path), "--variants", "mixit", "--depths", "1", "2",
                                  "--width", "16", "--heads", "2", "--seq-len", "6", "--batch", "2", "--seeds", "1",
-                                 "--set", "residual_scale=0.7071", "mixer_options.sink_head=true"])
+                                 "--set", "norm_eps=0.001", "mixer_options.sink_head=true"])
     assert args.func(args) == 0
     out = capsys.readouterr().out
     assert "| mixit |" in out and "depth 2" in out
     settings = json.loads((tmp_path / "signal.json").read_text())["settings"]
-    assert settings["model_options"] == {"residual_scale": 0.7071, "mixer_options": {"sink_head": True}}
+    assert settings["model_options"] == {"norm_eps": 0.001, "mixer_options": {"sink_head": True}}
     from modformer.version import code_version, machine
     assert (settings["code_version"], settings["machine"]) == (code_version(), machine())  # what made the figures
     assert f"modformer {code_version()} on {machine()}" in (tmp_path / "signal.md").read_text()

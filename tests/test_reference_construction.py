@@ -20,7 +20,7 @@ from modformer.papers.random_attention.construction import POINTS
 from modformer.errors import ConfigError, ModformerError
 from modformer.model.mixing import MixingOptions
 from modformer.model.mixing import mixing_matrices
-from modformer.model.scaled_linear import ScaledLinear
+from modformer.papers.random_attention.scaled_linear import ScaledLinear
 from modformer.train.optim import build_optimizer, learning_rate
 
 D, D_FF = 64, 256
@@ -66,8 +66,8 @@ def filled(variant, trainer, **train):
 SHARED = {"model.attn_bias": True, "model.ffn_bias": True, "model.init_std": 0.02, "model.norm_eps": 1e-6,
           "model.tie_embeddings": False, "train.betas": [0.9, 0.999], "train.min_lr_ratio": 0.0,
           "train.grad_clip": 1.0}
-VANILLA = {"model.learned_positions": False, "model.rope": True, "model.skip_scale": 1.0,
-           "model.residual_scale": 1.0, "model.ffn": "swiglu", "model.scaled_linear": None}
+VANILLA = {"model.learned_positions": False, "model.rope": True, "model.construction_options.skip_scale": 1.0,
+           "model.construction_options.residual_scale": 1.0, "model.ffn": "swiglu", "model.construction_options.scaled_linear": None}
 MIXING = {"model.learned_positions": True, "model.mixer_options.sink_head": True, "model.ffn": "shaped_leaky_glu",
           "model.mixer_options.bidirectional_drift": "reference"}
 DEPTH_TRAIN = {"train.lr": 1e-2, "train.weight_decay": 1e-3, "train.schedule": "cosine", "train.warmup_steps": 500,
@@ -81,20 +81,20 @@ H = math.sqrt(0.5)
 
 @pytest.mark.parametrize("variant, trainer, expected", [
     ("standard", "depth.py", {**SHARED, **VANILLA, **DEPTH_TRAIN}),
-    ("mixit", "depth.py", {**SHARED, **MIXING, **DEPTH_TRAIN, "model.skip_scale": H, "model.residual_scale": H,
-                           "model.scaled_linear": [512.0, 1.0], "model.mixer_options.extra_positions": 1}),
+    ("mixit", "depth.py", {**SHARED, **MIXING, **DEPTH_TRAIN, "model.construction_options.skip_scale": H, "model.construction_options.residual_scale": H,
+                           "model.construction_options.scaled_linear": [512.0, 1.0], "model.mixer_options.extra_positions": 1}),
     ("standard", "hdmemorize_exp.py", {**SHARED, **VANILLA, **MEMORIZE_TRAIN}),
-    ("mixit", "hdmemorize_exp.py", {**SHARED, **MIXING, **MEMORIZE_TRAIN, "model.skip_scale": H,
-                                    "model.residual_scale": H, "model.scaled_linear": [512.0, 1.0],
+    ("mixit", "hdmemorize_exp.py", {**SHARED, **MIXING, **MEMORIZE_TRAIN, "model.construction_options.skip_scale": H,
+                                    "model.construction_options.residual_scale": H, "model.construction_options.scaled_linear": [512.0, 1.0],
                                     "model.mixer_options.extra_positions": 1}),
     ("standard", "trainer.py", {**SHARED, **VANILLA, **HF_TRAIN, "train.warmup_steps": 800}),
-    ("mixit", "trainer.py", {**SHARED, **MIXING, **HF_TRAIN, "train.warmup_steps": 800, "model.skip_scale": 0.5,
-                             "model.residual_scale": math.sqrt(0.75), "model.scaled_linear": [512.0, 1.0]}),
+    ("mixit", "trainer.py", {**SHARED, **MIXING, **HF_TRAIN, "train.warmup_steps": 800, "model.construction_options.skip_scale": 0.5,
+                             "model.construction_options.residual_scale": math.sqrt(0.75), "model.construction_options.scaled_linear": [512.0, 1.0]}),
     ("standard", "trainer_classifier.py", {**SHARED, **VANILLA, **HF_TRAIN, "train.warmup_steps": 800,
                                            "model.mixer_options.causal": True, "model.pad_embedding_frozen": True}),
     ("mixit", "trainer_classifier.py", {**SHARED, **MIXING, **HF_TRAIN, "train.warmup_steps": 800,
-                                        "model.skip_scale": H, "model.residual_scale": H,
-                                        "model.scaled_linear": [1.0, 1.0], "model.mixer_options.causal": False,
+                                        "model.construction_options.skip_scale": H, "model.construction_options.residual_scale": H,
+                                        "model.construction_options.scaled_linear": [1.0, 1.0], "model.mixer_options.causal": False,
                                         "model.pad_embedding_frozen": True}),
 ])
 def test_the_reference_points_are_pinned(variant, trainer, expected):
@@ -281,8 +281,11 @@ def test_corrected_is_the_default_and_changes_nothing():
     data = {"model": {"variant": "mixit", "d_model": D}, "task": {"name": "retrieval", "n_pairs": 4}}
     cfg = config_from_dict(data)
     assert construction_label(cfg.to_dict()) == "corrected"
-    assert (cfg.model.learned_positions, cfg.model.mixer_options["sink_head"], cfg.model.skip_scale, cfg.model.ffn,
-            cfg.model.scaled_linear, cfg.train.lr) == (False, False, 1.0, "swiglu", None, 1e-3)
+    assert (cfg.model.learned_positions, cfg.model.mixer_options["sink_head"], cfg.model.construction_options,
+            cfg.model.ffn, cfg.train.lr) == (False, False, {}, "swiglu", 1e-3)
+    model = build_model(cfg.model, seed=0)
+    assert {type(m) for m in model.modules() if isinstance(m, nn.Linear)} == {nn.Linear}
+    assert all(b.skip_scale == 1 and b.residual_scale == 1 for b in model.blocks)
 
 
 def test_an_unknown_construction_is_refused():
@@ -307,9 +310,10 @@ def test_budget_plot_draws_every_grid_point_and_only_for_budget_or_width_grids(t
 
 
 def test_attention_models_label_their_deviations_and_keep_q_k_plain():
-    cfg = reference("standard", skip_scale=0.5, scaled_linear=[512, 1])
-    assert construction_label(cfg.to_dict()) == (
-        "reference (depth.py) except model.skip_scale=0.5, model.scaled_linear=[512, 1]")
+    cfg = reference("standard", ("model.construction_options.skip_scale", 0.5),
+                    ("model.construction_options.scaled_linear", [512, 1]))
+    assert construction_label(cfg.to_dict()) == ("reference (depth.py) except model.construction_options.skip_scale=0.5, "
+                                                 "model.construction_options.scaled_linear=[512, 1]")
     attention = build_model(cfg.model, seed=0).blocks[0].mixer
     assert type(attention.q_proj) is nn.Linear and type(attention.k_proj) is nn.Linear
     assert isinstance(attention.v_proj, ScaledLinear)
@@ -325,17 +329,25 @@ def test_bad_or_conflicting_input_is_one_clear_error():
     with pytest.raises(ConfigError, match="model.variant"):
         reference([1])
     with pytest.raises(ConfigError, match="tie_embeddings"):
-        reference("mixit", tie_embeddings=True)
+        build_model(reference("mixit", tie_embeddings=True).model, seed=0)
+    for key, value, says in (("skip_scale", 0, "skip_scale must be positive"),
+                             ("scaled_linear", [512, -1], "bases must be positive"),
+                             ("residual_scaling", 1, "residual_scaling")):
+        with pytest.raises(ConfigError, match=says):
+            reference("mixit", (f"model.construction_options.{key}", value))
 
 
 def test_conversions_refuse_what_they_would_lose():
-    from modformer.interop.hf_llama import hf_config_from
+    from modformer.interop.hf_llama import hf_config_from, to_hf_llama
     pytest.importorskip("transformers")
     hf_config_from(reference("standard").model)  # plain Llama with biases: converts
-    for model in (reference("standard", scaled_linear=[512, 1]).model, reference("standard", skip_scale=0.5).model,
-                  reference("mixit").model):
-        with pytest.raises(ConfigError, match="LlamaForCausalLM"):
-            hf_config_from(model)
+    with pytest.raises(ConfigError, match="LlamaForCausalLM"):
+        hf_config_from(reference("mixit").model)
+    for key, value, says in (("scaled_linear", [512, 1], r"blocks\.0\.mixer\.v_proj, blocks\.0\.mixer\.o_proj"),
+                             ("skip_scale", 0.5, r"^blocks\.0, blocks\.1 scaled")):
+        cfg = reference("standard", (f"model.construction_options.{key}", value)).model
+        with pytest.raises(ModformerError, match=says):
+            to_hf_llama(build_model(cfg, seed=0), cfg)
 
 
 def test_signal_propagation_builds_the_reference_construction():

@@ -145,7 +145,7 @@ def signal_propagation(variants: Sequence[str] = DEFAULT_VARIANTS, depths: Seque
         seeds: how many seeds (0..seeds-1) to average over.
         all_layers: also measure after every block, not only the last.
         model_options: further ModelConfig keys as nested plain data (e.g.
-            {"residual_scale": 0.7071}); `variant` and `n_layers` are set here and refused there.
+            {"construction": "reference"}); `variant` and `n_layers` are set here and refused there.
 
     Returns:
         One dict per (variant, depth), variants outer: `variant`, `depth`, `seeds` and, for
@@ -356,7 +356,7 @@ def signal_arguments(p: argparse.ArgumentParser, trained: Callable[[argparse.Nam
                    help="CPU threads for torch (default: 1, fastest for these small models on a busy machine)")
     p.add_argument("--all-layers", action="store_true", help="also record every block's measures in the JSON")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
-                   help="further model config keys, e.g. residual_scale=0.7071 mixing.sink_head=true")
+                   help="further model config keys, e.g. construction=reference mixer_options.sink_head=true")
     if trained is not None:
         p.add_argument("--runs", metavar="DIR",
                        help="measure trained runs: a sweep folder (its finished runs) or one run folder, each with "

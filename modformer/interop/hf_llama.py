@@ -17,7 +17,7 @@ from ..errors import ConfigError, ModformerError
 from ..model.attention import SelfAttention
 from ..model.config import ModelConfig
 from ..model.feedforward import SwiGLU
-from ..model.transformer import Transformer
+from ..model.transformer import Transformer, unplain_parts
 from ..variants import build_model
 
 _LAYER_NAMES = {  # ours, within blocks.{i} -> theirs, within model.layers.{i}
@@ -81,10 +81,9 @@ def config_from_hf(hf_config: Any) -> ModelConfig:
 def hf_config_from(cfg: ModelConfig) -> Any:
     """The `LlamaConfig` of a standard model config; other architectures have no Llama form."""
     if cfg.mixer != "attention" or cfg.ffn != "swiglu" or not cfg.rope or cfg.learned_positions \
-            or not cfg.mixer_options.get("causal", True) or cfg.scaled_linear is not None or cfg.skip_scale != 1 \
-            or cfg.residual_scale != 1:
-        raise ConfigError("only a standard model (causal attention mixer, swiglu ffn, RoPE, no learned positions, "
-                          "plain projections, unscaled skips and branches) converts to LlamaForCausalLM")
+            or not cfg.mixer_options.get("causal", True):
+        raise ConfigError("only a standard model (causal attention mixer, swiglu ffn, RoPE, no learned positions) "
+                          "converts to LlamaForCausalLM")
     transformers = _transformers()
     return transformers.LlamaConfig(
         vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, intermediate_size=cfg.ffn_dim,
@@ -119,6 +118,10 @@ def to_hf_llama(model: Transformer, cfg: ModelConfig) -> torch.nn.Module:
                 f"block {i} has a {type(block.mixer).__name__} mixer and a {type(block.ffn).__name__} feed-forward "
                 f"module; Llama needs SelfAttention and SwiGLU (a knowledge model converts after "
                 f"modformer.knowledge.fold_model)")
+    unplain = unplain_parts(model)
+    if unplain:
+        raise ModformerError(f"{', '.join(unplain[:3])}{' ...' if len(unplain) > 3 else ''} scaled by the model's "
+                             f"construction ({cfg.construction}); Llama has plain projections and unscaled skips")
     transformers = _transformers()
     hf_model = transformers.LlamaForCausalLM(hf_config_from(cfg))
     theirs = hf_model.state_dict()

@@ -31,7 +31,7 @@ from ..configtools import to_dict
 from ..errors import ModformerError
 from ..evaluate import load_checkpoint_model
 from ..files import atomic_write_folder
-from ..model.transformer import Transformer
+from ..model.transformer import Transformer, unplain_parts
 from ..train.checkpoint import load_model_state, save_checkpoint
 from ..variants import build_model
 from .fold import fold_model, folded_config, unfold_model, unfold_model_approximate, unfolded_config
@@ -117,9 +117,10 @@ def convert(source: str | Path, to: str, out: str | Path, *, threshold: str = "l
     if cfg.variant not in ("standard", "knowledge"):
         # Another variant's builder or freeze list would be lost in the converted config.
         raise ModformerError(f"{source} is a '{cfg.variant}' model; only standard and knowledge models convert")
-    if cfg.scaled_linear is not None:
+    if unplain_parts(model):
         # Folding reads the weights as plain linear maps; the output scales would be lost.
-        raise ModformerError(f"{source} has scaled projections (model.scaled_linear); only plain ones convert")
+        raise ModformerError(f"{source} has parts its construction ({cfg.construction}) scales: "
+                             f"{', '.join(unplain_parts(model)[:3])}; only plain ones convert")
     if any(v is not None and v < 1 for v in (n_entries, d_entry)):
         raise ModformerError(f"--n-entries and --d-entry must be positive, got {n_entries} and {d_entry}")
     approximate = n_entries is not None or d_entry is not None

@@ -16,7 +16,6 @@ from .cache import LayerCache
 from .config import ModelConfig
 from .hooks import HookPoint
 from .rope import RotaryEmbedding
-from .scaled_linear import Projection, plain_linear, projection
 
 
 @dataclass
@@ -44,7 +43,7 @@ class SelfAttention(nn.Module):
     """
 
     def __init__(self, d_model: int, n_heads: int, n_kv_heads: int | None = None, *, bias: bool = False,
-                 rope: RotaryEmbedding | None = None, causal: bool = True, linear: Projection = plain_linear,
+                 rope: RotaryEmbedding | None = None, causal: bool = True,
                  qk_init_scale: float = 1.0):
         super().__init__()
 
@@ -57,8 +56,8 @@ class SelfAttention(nn.Module):
         self.k_proj = nn.Linear(d_model, self.n_kv_heads * self.head_dim, bias=bias)
         for proj in (self.q_proj, self.k_proj):  # read by init_weights: the frozen scores' spread
             proj.init_std_scale = qk_init_scale
-        self.v_proj = linear(d_model, self.n_kv_heads * self.head_dim, bias)
-        self.o_proj = linear(n_heads * self.head_dim, d_model, bias)
+        self.v_proj = nn.Linear(d_model, self.n_kv_heads * self.head_dim, bias=bias)
+        self.o_proj = nn.Linear(n_heads * self.head_dim, d_model, bias=bias)
         self.rope = rope
         self.pattern = HookPoint()
 
@@ -106,7 +105,7 @@ class SelfAttention(nn.Module):
 def build_attention(cfg: ModelConfig, options: AttentionOptions) -> SelfAttention:
     rope = RotaryEmbedding(cfg.head_dim, cfg.max_seq_len, cfg.rope_theta) if cfg.rope else None
     return SelfAttention(cfg.d_model, cfg.n_heads, cfg.n_kv_heads, bias=cfg.attn_bias, rope=rope,
-                         causal=options.causal, linear=projection(cfg), qk_init_scale=options.qk_init_scale)
+                         causal=options.causal, qk_init_scale=options.qk_init_scale)
 
 
 build_attention.Options = AttentionOptions

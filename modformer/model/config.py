@@ -51,14 +51,6 @@ class ModelConfig:
     attn_bias: bool = option(False, "biases on the Q, K, V and output projections")
     ffn_bias: bool = option(False, "biases on the feed-forward projections")
     norm_eps: float = option(1e-5, "RMSNorm epsilon")
-    residual_scale: float = option(1.0, "factor on each residual branch (the MixiT reference uses sqrt(0.5) = 0.7071)")
-    skip_scale: float = option(1.0, "factor on each skip connection, x -> skip_scale * x + residual_scale * branch "
-                                    "(the MixiT reference uses sqrt(0.5) = 0.7071)")
-    scaled_linear: tuple[float, float] | None = option(
-        None, "[stream base, hidden base]: multiply each projection's output by sqrt(base / fan_in), with the stream "
-              "base for projections reading the residual stream (V, O, gate, up, head; never Q and K, which would scale "
-              "attention logits) and the hidden base for the feed-forward down projection (the MixiT reference: "
-              "[512, 1]); null: plain linear layers")
     tie_embeddings: bool = option(False, "share the token embedding with the output head")
     pad_embedding_frozen: bool = option(
         False, "the pad token's embedding row is zero at init and never trained (nn.Embedding's padding_idx, as the "
@@ -95,12 +87,7 @@ class ModelConfig:
             raise ConfigError(f"model.n_kv_heads={self.n_kv_heads} does not divide model.n_heads={self.n_heads}")
         if self.pad_id is not None and not 0 <= self.pad_id < (self.vocab_size or self.pad_id + 1):
             raise ConfigError(f"model.pad_id={self.pad_id} is not a token of the vocabulary ({self.vocab_size})")
-        if self.scaled_linear is not None and min(self.scaled_linear) <= 0:
-            raise ConfigError(f"model.scaled_linear bases must be positive, got {list(self.scaled_linear)}")
-        if self.scaled_linear is not None and self.tie_embeddings:
-            raise ConfigError("model.scaled_linear scales the output head, which model.tie_embeddings replaces by "
-                              "the embedding: set one of them only")
-        for key in ("rope_theta", "norm_eps", "init_std", "residual_scale", "skip_scale"):
+        for key in ("rope_theta", "norm_eps", "init_std"):
             if getattr(self, key) <= 0:
                 raise ConfigError(f"model.{key} must be positive, got {getattr(self, key)}")
         self.knowledge.check_groups(self.n_layers)

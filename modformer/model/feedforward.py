@@ -10,17 +10,16 @@ from torch import nn
 
 from ..registry import FFNS
 from .config import ModelConfig
-from .scaled_linear import Projection, plain_linear, projection
 
 
 class SwiGLU(nn.Module):
     """down(silu(gate(x)) * up(x)): Llama's MLP, with Llama's parameter names."""
 
-    def __init__(self, d_model: int, d_ff: int, bias: bool = False, *, linear: Projection = plain_linear):
+    def __init__(self, d_model: int, d_ff: int, bias: bool = False):
         super().__init__()
-        self.gate_proj = linear(d_model, d_ff, bias)
-        self.up_proj = linear(d_model, d_ff, bias)
-        self.down_proj = linear(d_ff, d_model, bias, down=True)
+        self.gate_proj = nn.Linear(d_model, d_ff, bias=bias)
+        self.up_proj = nn.Linear(d_model, d_ff, bias=bias)
+        self.down_proj = nn.Linear(d_ff, d_model, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: (..., d_model) -> (..., d_model)."""
@@ -29,12 +28,12 @@ class SwiGLU(nn.Module):
 
 @FFNS.register("swiglu")
 def build_swiglu(cfg: ModelConfig) -> SwiGLU:
-    return SwiGLU(cfg.d_model, cfg.ffn_dim, bias=cfg.ffn_bias, linear=projection(cfg))
+    return SwiGLU(cfg.d_model, cfg.ffn_dim, bias=cfg.ffn_bias)
 
 
 @FFNS.register("relu")
 def build_relu(cfg: ModelConfig) -> ReLUFFN:
-    return ReLUFFN(cfg.d_model, cfg.ffn_dim, bias=cfg.ffn_bias, linear=projection(cfg))
+    return ReLUFFN(cfg.d_model, cfg.ffn_dim, bias=cfg.ffn_bias)
 
 
 def shaped_slope(d_model: int, c_minus: float = -1.0) -> tuple[float, float]:
@@ -50,10 +49,10 @@ class ShapedLeakyReLUFFN(nn.Module):
     """down(gain * leaky_relu(up(x), slope)): the shaped MLP of the reference's GPT-2 model,
     without a gate (`shaped_slope` gives slope and gain)."""
 
-    def __init__(self, d_model: int, d_ff: int, bias: bool = False, *, linear: Projection = plain_linear):
+    def __init__(self, d_model: int, d_ff: int, bias: bool = False):
         super().__init__()
-        self.up_proj = linear(d_model, d_ff, bias)
-        self.down_proj = linear(d_ff, d_model, bias, down=True)
+        self.up_proj = nn.Linear(d_model, d_ff, bias=bias)
+        self.down_proj = nn.Linear(d_ff, d_model, bias=bias)
         self.slope, self.gain = shaped_slope(d_model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -63,7 +62,7 @@ class ShapedLeakyReLUFFN(nn.Module):
 
 @FFNS.register("shaped_leaky_relu")
 def build_shaped_leaky_relu(cfg: ModelConfig) -> ShapedLeakyReLUFFN:
-    return ShapedLeakyReLUFFN(cfg.d_model, cfg.ffn_dim, bias=cfg.ffn_bias, linear=projection(cfg))
+    return ShapedLeakyReLUFFN(cfg.d_model, cfg.ffn_dim, bias=cfg.ffn_bias)
 
 
 class ShapedGatedLeakyReLUFFN(nn.Module):
@@ -71,11 +70,11 @@ class ShapedGatedLeakyReLUFFN(nn.Module):
     mixing mode, Llama's gated MLP with the shaped LeakyReLU in place of SiLU (`shaped_slope`
     gives slope and gain). Llama's parameter names."""
 
-    def __init__(self, d_model: int, d_ff: int, bias: bool = False, *, linear: Projection = plain_linear):
+    def __init__(self, d_model: int, d_ff: int, bias: bool = False):
         super().__init__()
-        self.gate_proj = linear(d_model, d_ff, bias)
-        self.up_proj = linear(d_model, d_ff, bias)
-        self.down_proj = linear(d_ff, d_model, bias, down=True)
+        self.gate_proj = nn.Linear(d_model, d_ff, bias=bias)
+        self.up_proj = nn.Linear(d_model, d_ff, bias=bias)
+        self.down_proj = nn.Linear(d_ff, d_model, bias=bias)
         self.slope, self.gain = shaped_slope(d_model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -85,7 +84,7 @@ class ShapedGatedLeakyReLUFFN(nn.Module):
 
 @FFNS.register("shaped_leaky_glu")
 def build_shaped_leaky_glu(cfg: ModelConfig) -> ShapedGatedLeakyReLUFFN:
-    return ShapedGatedLeakyReLUFFN(cfg.d_model, cfg.ffn_dim, bias=cfg.ffn_bias, linear=projection(cfg))
+    return ShapedGatedLeakyReLUFFN(cfg.d_model, cfg.ffn_dim, bias=cfg.ffn_bias)
 
 
 class ActivationFFN(nn.Module):
@@ -97,14 +96,13 @@ class ActivationFFN(nn.Module):
 
     ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}
 
-    def __init__(self, d_model: int, d_ff: int, activation: str, bias: bool = False, *,
-                 linear: Projection = plain_linear):
+    def __init__(self, d_model: int, d_ff: int, activation: str, bias: bool = False):
         super().__init__()
         if activation not in self.ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(self.ACTIVATIONS)}, got {activation!r}")
         self.activation = activation
-        self.up_proj = linear(d_model, d_ff, bias)
-        self.down_proj = linear(d_ff, d_model, bias, down=True)
+        self.up_proj = nn.Linear(d_model, d_ff, bias=bias)
+        self.down_proj = nn.Linear(d_ff, d_model, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: (..., d_model) -> (..., d_model)."""
@@ -114,15 +112,15 @@ class ActivationFFN(nn.Module):
 class ReLUFFN(ActivationFFN):
     """down(relu(up(x))): the two-layer FFN of the original transformer."""
 
-    def __init__(self, d_model: int, d_ff: int, bias: bool = False, *, linear: Projection = plain_linear):
-        super().__init__(d_model, d_ff, "relu", bias=bias, linear=linear)
+    def __init__(self, d_model: int, d_ff: int, bias: bool = False):
+        super().__init__(d_model, d_ff, "relu", bias=bias)
 
 
 @FFNS.register("gelu")
 def build_gelu(cfg: ModelConfig) -> ActivationFFN:
-    return ActivationFFN(cfg.d_model, cfg.ffn_dim, "gelu", bias=cfg.ffn_bias, linear=projection(cfg))
+    return ActivationFFN(cfg.d_model, cfg.ffn_dim, "gelu", bias=cfg.ffn_bias)
 
 
 @FFNS.register("silu")
 def build_silu(cfg: ModelConfig) -> ActivationFFN:
-    return ActivationFFN(cfg.d_model, cfg.ffn_dim, "silu", bias=cfg.ffn_bias, linear=projection(cfg))
+    return ActivationFFN(cfg.d_model, cfg.ffn_dim, "silu", bias=cfg.ffn_bias)

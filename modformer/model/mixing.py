@@ -30,7 +30,6 @@ from ..registry import MIXERS
 from .cache import LayerCache
 from .config import ModelConfig
 from .hooks import HookPoint
-from .scaled_linear import Projection, plain_linear, projection
 
 
 @dataclass
@@ -92,14 +91,13 @@ class MixingMixer(nn.Module):
     Hook point `pattern`: A broadcast to (B, H, T, T), the same shape as attention weights.
     """
 
-    def __init__(self, d_model: int, n_heads: int, max_seq_len: int, cfg: MixingOptions, *, bias: bool = False,
-                 linear: Projection = plain_linear):
+    def __init__(self, d_model: int, n_heads: int, max_seq_len: int, cfg: MixingOptions, *, bias: bool = False):
         super().__init__()
         self.n_heads = n_heads
         self.head_dim = d_model // n_heads
         self.cfg = cfg
-        self.v_proj = linear(d_model, d_model, bias)
-        self.o_proj = linear(d_model, d_model, bias)
+        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.o_proj = nn.Linear(d_model, d_model, bias=bias)
         # Drawn by `init_parameters` from the model's seed; zeros until then.
         self.register_buffer("mixing", torch.zeros(n_heads, max_seq_len, max_seq_len))
         self.pattern = HookPoint()
@@ -153,7 +151,7 @@ def mix_values(mix: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
 
 @MIXERS.register("mixing")
 def build_mixing(cfg: ModelConfig, options: MixingOptions) -> MixingMixer:
-    return MixingMixer(cfg.d_model, cfg.n_heads, cfg.max_seq_len, options, bias=cfg.attn_bias, linear=projection(cfg))
+    return MixingMixer(cfg.d_model, cfg.n_heads, cfg.max_seq_len, options, bias=cfg.attn_bias)
 
 
 build_mixing.Options = MixingOptions

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-from typing import Callable
 
 import torch
 from torch import nn
@@ -42,8 +41,6 @@ class Transformer(nn.Module):
             None: none (the positions come from the mixers).
         max_seq_len: the longest input the parts were built for, kept as `max_seq_len`
             (None: no limit); read by callers, not enforced here.
-        linear: the constructor of the output head, called as `linear(d_model, vocab_size,
-            bias=False)`.
         padding_idx: an embedding row kept zero that never receives a gradient; None: none.
         pad_id: the pad token, whose positions `ModelInputs.padding_mask` marks False for a
             part that reads the model's inputs; None: no padding mask.
@@ -51,7 +48,7 @@ class Transformer(nn.Module):
 
     def __init__(self, vocab_size: int, d_model: int, blocks: list[Block], *, norm_eps: float = 1e-5,
                  tie_embeddings: bool = False, max_positions: int | None = None, max_seq_len: int | None = None,
-                 linear: Callable[..., nn.Linear] = nn.Linear, padding_idx: int | None = None,
+                 padding_idx: int | None = None,
                  pad_id: int | None = None):
         super().__init__()
         self.pad_id = pad_id
@@ -63,7 +60,7 @@ class Transformer(nn.Module):
         self.embed_out = HookPoint()
         self.blocks = nn.ModuleList(blocks)
         self.norm = nn.RMSNorm(d_model, eps=norm_eps)
-        self.lm_head = None if tie_embeddings else linear(d_model, vocab_size, bias=False)
+        self.lm_head = None if tie_embeddings else nn.Linear(d_model, vocab_size, bias=False)
 
     @property
     def vocab_size(self) -> int:
@@ -143,3 +140,12 @@ class Transformer(nn.Module):
         """
         return {"total": sum(p.numel() for p in self.parameters()),
                 "trainable": sum(p.numel() for p in self.parameters() if p.requires_grad)}
+
+
+def unplain_parts(model: nn.Module) -> list[str]:
+    """The modules of `model` that a construction's `adapt` made other than the library's plain
+    parts: projections of a subclass of nn.Linear (a scaled one), blocks whose skip or branch
+    is scaled. A conversion that reads the weights as plain maps would lose them."""
+    return [name for name, m in model.named_modules()
+            if isinstance(m, nn.Linear) and type(m) is not nn.Linear
+            or isinstance(m, Block) and (m.skip_scale != 1 or m.residual_scale != 1)]

@@ -7,6 +7,7 @@ from typing import Any, Callable
 
 import torch
 
+from ..constructions import adapt_model
 from ..errors import ConfigError
 from ..freeze import freeze, freeze_all_but
 from ..model.config import ModelConfig
@@ -131,6 +132,7 @@ def build_model(cfg: ModelConfig, seed: int) -> Transformer:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = variant.build(cfg)
+        adapt_model(cfg, model)
     init_weights(model, cfg.init_std, torch.Generator().manual_seed(seed))
     freeze(model, freeze_patterns(cfg))
     if cfg.train_only:

@@ -10,7 +10,6 @@ from ..model.block import Block
 from ..model.config import ModelConfig
 from ..model.layers import LayerConfig
 from ..model.part_options import make_part
-from ..model.scaled_linear import projection
 from ..model.transformer import Transformer
 from ..registry import FFNS, MIXERS, VARIANTS
 from .base import Variant
@@ -29,13 +28,12 @@ def build_decoder(cfg: ModelConfig, *, ffn: Callable[[ModelConfig], nn.Module] |
         key = f"model.layers[{i}].mixer_options" if cfg.layers else "model.mixer_options"
         return make_part(MIXERS, layer.mixer, layer.mixer_options, key, cfg, layer=i)
 
-    blocks = [Block(cfg.d_model, make_mixer(i, layer), make_ffn(i, layer), norm_eps=cfg.norm_eps,
-                    residual_scale=cfg.residual_scale, skip_scale=cfg.skip_scale)
+    blocks = [Block(cfg.d_model, make_mixer(i, layer), make_ffn(i, layer), norm_eps=cfg.norm_eps)
               for i, layer in enumerate(layer_plan(cfg))]
     return Transformer(
         cfg.vocab_size, cfg.d_model, blocks, norm_eps=cfg.norm_eps, tie_embeddings=cfg.tie_embeddings,
         max_positions=cfg.max_seq_len if cfg.learned_positions else None, max_seq_len=cfg.max_seq_len,
-        linear=projection(cfg), padding_idx=cfg.pad_id if cfg.pad_embedding_frozen else None, pad_id=cfg.pad_id,
+        padding_idx=cfg.pad_id if cfg.pad_embedding_frozen else None, pad_id=cfg.pad_id,
     )
 
 

@@ -33,7 +33,6 @@ from modformer.model.attention import SelfAttention
 from modformer.model.cache import LayerCache
 from modformer.model.inputs import ModelInputs
 from modformer.model.rope import RotaryEmbedding
-from modformer.model.scaled_linear import projection
 
 
 class SourcedQKAttention(SelfAttention):
@@ -41,8 +40,7 @@ class SourcedQKAttention(SelfAttention):
 
     def __init__(self, cfg):
         rope = RotaryEmbedding(cfg.head_dim, cfg.max_seq_len, cfg.rope_theta) if cfg.rope else None
-        super().__init__(cfg.d_model, cfg.n_heads, cfg.n_kv_heads, bias=cfg.attn_bias, rope=rope,
-                         linear=projection(cfg))
+        super().__init__(cfg.d_model, cfg.n_heads, cfg.n_kv_heads, bias=cfg.attn_bias, rope=rope)
         self.source_norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
         self.max_seq_len = cfg.max_seq_len
 

@@ -25,13 +25,18 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
+from torch import nn
+
 from ...configtools import from_dict, option
 from ...constructions import CONSTRUCTIONS, Construction
 from ...errors import ConfigError
+from ...model.block import Block
+from ...model.transformer import Transformer
 from ...model.config import ModelConfig
 from ...registry import MIXERS, VARIANTS
 from ...variants.base import model_mixer
 from ...tasks.base import TaskConfig
+from .scaled_linear import scale_projections
 
 
 @dataclass
@@ -46,6 +51,36 @@ class ReferenceOptions:
         "released", "the initialisation scale: released (initializer_range = 0.02, as its code runs: utils.py ~99, "
                     "hdmemorize_exp.py ~165) or commented (1/sqrt(d_model), the line utils.py comments out under "
                     "'TODO make sure it's 1/sqrt(width)'); fills model.init_std")
+    residual_scale: float = option(
+        1.0, "factor on each residual branch, x -> skip_scale * x + residual_scale * branch (MixiT: sqrt(1 - "
+             "skip_scale^2), as the reference's LlamaDecoderLayer scales it)")
+    skip_scale: float = option(1.0, "factor on each skip connection (MixiT: the reference's skip_scaling, sqrt(0.5) "
+                                    "or trainer.py's 0.5)")
+    scaled_linear: tuple[float, float] | None = option(
+        None, "[stream base, hidden base]: multiply each projection's output by sqrt(base / fan_in), with the stream "
+              "base for projections reading the residual stream (V, O, gate, up, head; never Q and K, which would scale "
+              "attention logits) and the hidden base for the feed-forward down projection (MixiT: [512, 1]); null: "
+              "plain linear layers (scaled_linear.py)")
+
+    def __post_init__(self) -> None:
+        for key in ("residual_scale", "skip_scale"):
+            if not getattr(self, key) > 0:
+                raise ValueError(f"{key} must be positive, got {getattr(self, key)}")
+        if self.scaled_linear is not None and min(self.scaled_linear) <= 0:
+            raise ValueError(f"scaled_linear bases must be positive, got {list(self.scaled_linear)}")
+
+
+def adapt_reference(model: nn.Module, options: ReferenceOptions) -> None:
+    """The reference's branch and skip scales on every block, and its scaled projections
+    (`Construction.adapt`: on the built model, before initialisation)."""
+    for block in model.modules():
+        if isinstance(block, Block):
+            block.residual_scale, block.skip_scale = options.residual_scale, options.skip_scale
+    if options.scaled_linear is not None:
+        if isinstance(model, Transformer) and model.lm_head is None:
+            raise ConfigError("model.construction_options.scaled_linear scales the output head, which "
+                              "model.tie_embeddings replaces by the embedding: set one of them only")
+        scale_projections(model, *options.scaled_linear)
 
 
 def reading(data: dict[str, Any], key: str) -> Any:
@@ -164,28 +199,28 @@ POINTS: tuple[Point, ...] = (
           "modeling_llama.py ~781 and ~847: learned absolute positions (wpe) added to the token embeddings"),
     Point("model.mixer_options.sink_head", True, MIXING,
           "modeling_llama.py ~471-473: head 0 is eye * 0.5 with column 0 then set to 0.5 ([0, 0] = 0.5)"),
-    Point("model.skip_scale", SQRT_HALF, MIXING,
+    Point("model.construction_options.skip_scale", SQRT_HALF, MIXING,
           "depth.py get_model_config: skip_scaling = np.sqrt(0.5); LlamaDecoderLayer scales the skip by it",
           DEPTH_MODEL),
-    Point("model.residual_scale", SQRT_HALF, MIXING,
+    Point("model.construction_options.residual_scale", SQRT_HALF, MIXING,
           "LlamaDecoderLayer: branch scaled by sqrt(1 - skip_scaling^2) (as GPT2Block in modeling_gpt2.py)",
           DEPTH_MODEL),
-    Point("model.skip_scale", 0.5, MIXING,
+    Point("model.construction_options.skip_scale", 0.5, MIXING,
           "trainer.py get_model_config passes args.skip_scaling, utils.py ScriptArguments default 0.5", (LM_TRAINER,)),
-    Point("model.residual_scale", math.sqrt(0.75), MIXING,
+    Point("model.construction_options.residual_scale", math.sqrt(0.75), MIXING,
           "LlamaDecoderLayer ~581-583: branch scaled by sqrt(1 - 0.5^2)", (LM_TRAINER,)),
-    Point("model.skip_scale", SQRT_HALF, MIXING,
+    Point("model.construction_options.skip_scale", SQRT_HALF, MIXING,
           "trainer_classifier.py get_model_config: skip_scaling = np.sqrt(0.5)", (CLASSIFIER,)),
-    Point("model.residual_scale", SQRT_HALF, MIXING,
+    Point("model.construction_options.residual_scale", SQRT_HALF, MIXING,
           "LlamaDecoderLayer: branch scaled by sqrt(1 - skip_scaling^2)", (CLASSIFIER,)),
     Point("model.ffn", "shaped_leaky_glu", MIXING,
           "LlamaMLP in mixing mode: down(gain * LeakyReLU_s(gate x) * up x), s = 1 + activation_cminus/sqrt(d), "
           "activation_cminus = -1 (utils.py ScriptArguments), gain = calculate_gain('leaky_relu', s)"),
-    Point("model.scaled_linear", (512.0, 1.0), MIXING,
+    Point("model.construction_options.scaled_linear", (512.0, 1.0), MIXING,
           "ScaledLinear in mixing mode: output x sqrt(base / fan_in), base_hidden_size = 512 (utils.py "
           "ScriptArguments) for V, O, gate, up and the head, base_intermediate_size = 1 for down",
           (*DEPTH_MODEL, LM_TRAINER)),
-    Point("model.scaled_linear", (1.0, 1.0), MIXING,
+    Point("model.construction_options.scaled_linear", (1.0, 1.0), MIXING,
           "trainer_classifier.py ~249-279 passes no base_hidden_size: MixingLlamaConfig's default 1.0 "
           "(modeling_llama.py ~74, 98, 101) for V, O, gate, up and the score head, and 1 for down", (CLASSIFIER,)),
     Point("model.mixer_options.causal", False, MIXING,
@@ -199,10 +234,10 @@ POINTS: tuple[Point, ...] = (
           "(trainer_classifier.py's bidirectional classifier)"),
     Point("model.learned_positions", False, VANILLA, LLAMA + ": RoPE only"),
     Point("model.rope", True, VANILLA, LLAMA + ": RoPE (utils.py TrainingArguments do_rope = True)"),
-    Point("model.skip_scale", 1.0, VANILLA, LLAMA + ": x + branch"),
-    Point("model.residual_scale", 1.0, VANILLA, LLAMA + ": x + branch"),
+    Point("model.construction_options.skip_scale", 1.0, VANILLA, LLAMA + ": x + branch"),
+    Point("model.construction_options.residual_scale", 1.0, VANILLA, LLAMA + ": x + branch"),
     Point("model.ffn", "swiglu", VANILLA, LLAMA + ": LlamaMLP down(silu(gate x) * up x)"),
-    Point("model.scaled_linear", None, VANILLA, LLAMA + ": plain nn.Linear"),
+    Point("model.construction_options.scaled_linear", None, VANILLA, LLAMA + ": plain nn.Linear"),
     Point("model.mixer_options.causal", classifier_causal, VANILLA,
           "trainer_classifier.py ~263 sets is_causal=False on the attention module, which only stores it "
           "(modeling_llama.py ~424, ~553-562): SDPA decides causality itself under transformers 4.50-4.52 "
@@ -385,5 +420,5 @@ def construction_label(config: dict[str, Any]) -> str:
 REFERENCE = Construction(
     "the random-attention paper's reference code (princeton-pli/MixiT): its models and optimizer for each variant "
     "and task (docs/papers/random-attention.md, 'The reference construction')",
-    fill_reference, construction_label, ReferenceOptions)
+    fill_reference, construction_label, ReferenceOptions, adapt=adapt_reference)
 
