@@ -38,6 +38,7 @@ import yaml
 from .constructions import CONSTRUCTIONS
 from .errors import ModformerError
 from .files import atomic_write_text
+from .point_names import Point, file_safe, grid_points, point_names
 from .migrate_options import command_sections, config_sections, renamed_key, renamed_point, sweep_sections
 from .registry import VARIANTS
 from .version import RECORDS_FORMAT
@@ -342,15 +343,31 @@ def _commands(path: Path, done: Migrated) -> None:
         done.changes[str(path.relative_to(done.folder))] = changed
 
 
-def _rename_points(folder: Path, records: list[dict[str, Any]], done: Migrated) -> bool:
-    """Grid points named by a former key (`renamed_point`): their run, log and config folders
-    moved to today's name, and the records naming them (results.jsonl, each run's recorded
-    commands) rewritten; a folder already moved is left (a migration stopped midway
-    completes). True where results.jsonl's records changed."""
+def _former_name(point: Point) -> str:
+    """A grid point's folder name before records format 4: each value's Python text, its
+    brackets, quotes and spaces made `_` (`model.layers=__mixit_,__standard__`)."""
+    return file_safe(",".join(f"{k}={v}" for k, v in point) or "default")
+
+
+def _point_renamer(saved: dict[str, Any]) -> Callable[[str], str]:
+    """Today's folder name of a grid point named the former way: its keys renamed
+    (`renamed_point`, records format 3) and, where a value is a list or a mapping, written
+    plainly (`point_names`, format 4), by the grid of the sweep file `saved` (migrated)."""
+    grid = (saved.get("sweep") or {}).get("grid") if isinstance(saved.get("sweep"), dict) else None
+    points = grid_points(grid) if isinstance(grid, dict) and all(isinstance(v, list) for v in grid.values()) else []
+    readable = dict(zip(point_names(points, _former_name), point_names(points)))
+    return lambda name: readable.get(renamed_point(name), renamed_point(name))
+
+
+def _rename_points(folder: Path, records: list[dict[str, Any]], done: Migrated, rename: Callable[[str], str]) -> bool:
+    """Grid points named the former way (`rename`): their run, log and config folders moved to
+    today's name, and the records naming them (results.jsonl, each run's recorded commands)
+    rewritten; a folder already moved is left (a migration stopped midway completes). True
+    where results.jsonl's records changed."""
     for kind in ("runs", "logs", "configs"):
         for arm in sorted(p for p in (folder / kind).iterdir() if p.is_dir()) if (folder / kind).is_dir() else []:
             for point in sorted(p for p in arm.iterdir() if p.is_dir()):
-                new = renamed_point(point.name)
+                new = rename(point.name)
                 if new != point.name and not (arm / new).exists():
                     point.rename(arm / new)
                     done.changes.setdefault(f"{kind}/{arm.name}", []).append(f"{point.name} -> {new}")
@@ -358,7 +375,7 @@ def _rename_points(folder: Path, records: list[dict[str, Any]], done: Migrated) 
     # where an earlier, interrupted migration moved the folder and stopped before this).
     for info in (folder / "runs").rglob("run.json") if (folder / "runs").is_dir() else []:
         text = info.read_text()
-        rewritten = re.sub(r"(?<=/)[^/\"]+(?=/)", lambda m: renamed_point(m.group(0)), text)
+        rewritten = re.sub(r"(?<=/)[^/\"]+(?=/)", lambda m: rename(m.group(0)), text)
         if rewritten != text:
             atomic_write_text(info, rewritten)
             done.changes.setdefault(str(info.relative_to(folder)), []).append("recorded commands: grid point renamed")
@@ -367,7 +384,7 @@ def _rename_points(folder: Path, records: list[dict[str, Any]], done: Migrated) 
         for name in ("run_id", "run_dir"):
             value = record.get(name)
             if isinstance(value, str):
-                today = "/".join(renamed_point(part) for part in value.split("/"))
+                today = "/".join(rename(part) for part in value.split("/"))
                 if today != value:
                     record[name], changed = today, True
         point = record.get("point")
@@ -387,7 +404,7 @@ def _sweep_folder(folder: Path, done: Migrated) -> None:
         from .train.records import read_records
 
         records = list(read_records(results))
-    points_moved = _rename_points(folder, records, done)
+    points_moved = _rename_points(folder, records, done, _point_renamer(saved))
     for path in sorted((folder / "configs").rglob("*.yaml")) if (folder / "configs").is_dir() else []:
         _config_file(path, False, done)  # the config each run was last started with
     configs: dict[str, Any] = {}  # run folder (relative) -> its config.yaml as migrated

@@ -21,7 +21,9 @@ RECORDS = "results"
 # the built-in mixers' options in the sections model.attention and model.mixing (now each
 # mixer's own options); format 3 (2026-12-07) kept the random-attention reference's residual
 # and skip scales and scaled projections as keys of the model config (now that construction's
-# options); `modformer migrate DIR` brings them up to date (modformer/migrate.py).
+# options) and named a grid point with a list or mapping value by its Python text, brackets
+# and quotes made `_` (now plainly: modformer/point_names.py); `modformer migrate DIR` brings
+# them up to date (modformer/migrate.py).
 RECORDS_FORMAT = 4
 
 

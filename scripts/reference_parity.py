@@ -17,11 +17,12 @@ with, one of them should match.
 
 Needs the network once, to install: a checkout of princeton-pli/MixiT and a venv with
 torch, transformers 4.50.x (or 4.53+ for the classifier's other reading), pyyaml and
-modformer importable (e.g. PYTHONPATH=. from this repository):
+modformer installed into it (`pip install --no-deps -e .` from this repository, so that its papers register):
 
     git clone https://github.com/princeton-pli/MixiT /tmp/MixiT
     python -m venv /tmp/ref && /tmp/ref/bin/pip install torch==2.13.0 transformers==4.50.3 pyyaml numpy
-    PYTHONPATH=. /tmp/ref/bin/python scripts/reference_parity.py --reference /tmp/MixiT \\
+    /tmp/ref/bin/pip install --no-deps -e .   # modformer's papers register through its entry points
+    /tmp/ref/bin/python scripts/reference_parity.py --reference /tmp/MixiT \\
         --out results/random_attention/reference_parity/transformers_4.50.md
 
 Nothing of the reference is copied here: it is imported from the checkout and measured.

@@ -234,3 +234,34 @@ def test_the_reference_scales_move_into_its_construction_options_or_go_where_not
     assert _config(corrected, True) == []  # once
     with pytest.raises(ModformerError, match=r"^model\.skip_scale=0\.5: construction 'corrected' has no such option"):
         _config({"model": {"skip_scale": 0.5}}, True)
+
+
+def test_a_grid_point_named_by_its_python_text_is_renamed_plainly_and_resumes(tmp_path, capsys):
+    """Records format 4: a list-valued grid point was `model.layers=__mixit_,__standard__`; its
+    folders and records move to `model.layers=mixit+standard` (the committed folder, migrated
+    once, is what a copy named the former way becomes), and the sweep resumes with nothing to run."""
+    from modformer.migrate import _former_name
+    from modformer.point_names import grid_points, point_names
+
+    committed = ROOT / "results" / "random_attention" / "lm_layers"
+    folder = tmp_path / "lm_layers"
+    shutil.copytree(committed, folder)
+    points = grid_points(yaml.safe_load((folder / "sweep.yaml").read_text())["sweep"]["grid"])
+    former = dict(zip(point_names(points), point_names(points, _former_name)))
+    assert all("__" in old and "+" in new for new, old in former.items())
+    for kind in ("runs", "logs", "configs"):  # laid out as the former code named them
+        for point in [p for arm in (folder / kind).iterdir() for p in arm.iterdir() if p.name in former]:
+            point.rename(point.parent / former[point.name])
+    for path in [folder / "results.jsonl", *(folder / "runs").rglob("run.json")]:
+        text = path.read_text()
+        for new, old in former.items():
+            text = text.replace(f"/{new}/", f"/{old}/")
+        path.write_text(text)
+    done = migrate(folder)
+    assert "grid points renamed" in done.changes["results.jsonl"]
+    for path in [folder / "results.jsonl", *(folder / "runs").rglob("run.json"), *(folder / "configs").rglob("*.yaml")]:
+        assert path.read_text() == (committed / path.relative_to(folder)).read_text()
+    assert migrate(folder).changes == {}
+    capsys.readouterr()
+    assert main(["sweep", str(folder / "sweep.yaml"), "--out", str(folder)]) == 0
+    assert "0 to run" in capsys.readouterr().err

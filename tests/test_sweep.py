@@ -39,7 +39,7 @@ def test_same_grid_for_every_variant(tmp_path):
     assert by_variant["standard"] == by_variant["frozen_qk"]
 
 
-def test_grid_points_never_share_a_folder_and_plain_names_stay_as_they_were():
+def test_grid_points_never_share_a_folder_and_their_names_are_readable():
     from modformer.sweep.spec import point_names
 
     assert point_names([(("train.lr", 0.001), ("train.batch_size", 128))]) == ["train.lr=0.001,train.batch_size=128"]
@@ -48,9 +48,14 @@ def test_grid_points_never_share_a_folder_and_plain_names_stay_as_they_were():
     names = point_names([(("task.path", v),) for v in values])
     assert len(set(names)) == len(values)
     assert all(len(n) < 255 and "/" not in n and " " not in n for n in names)
-    # a name no other point shares and short enough stays plain (earlier sweeps resume in their folders)
-    assert names[-2:] == ["task.path=__blocks.___", "task.path=" + "y" * 240]
+    # a name no other point shares and short enough stays plain, a list's items joined by '+'
+    assert names[-2:] == ["task.path=blocks._", "task.path=" + "y" * 240]
     assert all("~" in n for n in names[:6])
+    layers = [["mixit", "mixit", "standard"], {-1: "standard"}, [], {0: {"variant": "frozen_qk"}}]
+    assert point_names([(("model.layers", v), ("train.steps", 800)) for v in layers]) == [
+        "model.layers=mixit+mixit+standard,train.steps=800", "model.layers=-1=standard,train.steps=800",
+        "model.layers=empty,train.steps=800", "model.layers=0=variant=frozen_qk,train.steps=800"]
+    assert all("~" in n for n in point_names([(("a", [1, 2]),), (("a", "1+2"),)]))  # the same plain name: hashed
 
 
 @pytest.mark.parametrize("change, key", [

@@ -36,10 +36,7 @@ or a kind a paper registers, whose variant and seed keys are its own (a list of 
 from __future__ import annotations
 
 import copy
-import hashlib
-import itertools
 import json
-import re
 from collections import Counter
 from dataclasses import dataclass, is_dataclass
 from pathlib import Path
@@ -48,6 +45,7 @@ from typing import Any, Literal, Sequence
 from ..config import read_yaml
 from ..configtools import apply_override, check_seeds, from_dict, option, set_dotted, to_dict
 from ..errors import ConfigError
+from ..point_names import file_safe, grid_points, point_names
 from .kinds import RUN_KINDS, run_kind
 from .sections import check_paper
 from .slurm_config import Launcher, SlurmConfig
@@ -168,29 +166,6 @@ def _canonical(config: Any) -> str:
     return json.dumps(to_dict(config) if is_dataclass(config) else config, sort_keys=True, default=repr)
 
 
-def file_safe(name: str) -> str:
-    """`name` with the characters unsafe in a file name (`:` of an import path, `/`) made `_`."""
-    return re.sub(r"[^A-Za-z0-9_.,=+-]", "_", name)
-
-
-def point_names(points: Sequence[Sequence[tuple[str, Any]]]) -> list[str]:
-    """Each grid point's folder name: `train.lr=0.001,train.batch_size=128` ('default' if empty),
-    characters unsafe in a file name made `_`. Where that name is shared by several points
-    ("a/b" and "a_b", None and "None") or too long for a file name, it ends with `~` and a
-    hash of the point's values instead (no plain name contains `~`); every other name is the
-    plain one, as earlier versions named it, so their sweep folders resume."""
-    def plain(point) -> str:
-        return file_safe(",".join(f"{k}={v}" for k, v in point) or "default")
-
-    def hashed(point, name: str) -> str:
-        exact = json.dumps([[k, v] for k, v in point], default=repr)  # tells None from "None", 1 from "1"
-        return f"{name[:200]}~{hashlib.sha256(exact.encode()).hexdigest()[:10]}"
-
-    names = [plain(p) for p in points]
-    counts = Counter(names)  # the grid's points are distinct
-    return [n if counts[n] == 1 and len(n) <= 255 else hashed(p, n) for p, n in zip(points, names)]
-
-
 @dataclass
 class Sweep:
     base: dict[str, Any]  # plain data of the base run config
@@ -198,8 +173,7 @@ class Sweep:
 
     def runs(self) -> list[RunSpec]:
         """Every run, variants outermost and seeds innermost, each config fully checked."""
-        keys = list(self.spec.grid)
-        points = [tuple(zip(keys, values)) for values in itertools.product(*(self.spec.grid[k] for k in keys))]
+        points = grid_points(self.spec.grid)
         names = point_names(points)
         arms = self.spec.arms()
         folders = Counter(file_safe(a.name) for a in arms)
