@@ -35,3 +35,63 @@ def test_the_reports_plan_lines_say_when_it_was_fixed_and_every_amendment(tmp_pa
     (tmp_path / "plan.yaml").write_text("[1, 2]\n")
     with pytest.raises(ModformerError, match=r"plan\.yaml holds no plan \(empty or damaged\)$"):
         plan_lines(tmp_path)
+
+
+def _planned(tmp_path, *overrides):
+    """A sweep folder of two tiny retrieval runs with its plan recorded and no run started."""
+    from modformer.cli import main
+
+    config = tmp_path / "sweep.yaml"
+    config.write_text(yaml.safe_dump({
+        "model": {"d_model": 16, "n_heads": 2}, "task": {"name": "retrieval", "n_pairs": 2, "test_size": 20,
+                                                       "validation_size": 10},
+        "train": {"steps": 2, "batch_size": 4}, "sweep": {"variants": ["standard", "mixit"], "seeds": [0]}}))
+    out = tmp_path / "out"
+    assert main(["sweep", str(config), *overrides, "--plan-only", "--out", str(out)]) == 0
+    return config, out
+
+
+def test_every_amendment_is_kept_beside_the_ones_before(tmp_path):
+    from modformer.cli import main
+
+    config, out = _planned(tmp_path)
+    for threshold, reason in ((0.9, "first"), (0.8, "second")):
+        assert main(["sweep", str(config), f"sweep.verdict.threshold={threshold}", "--plan-only", "--amend", reason,
+                     "--out", str(out)]) == 0
+    record = yaml.safe_load((out / "plan.yaml").read_text())
+    assert [a["reason"] for a in record["amendments"]] == ["first", "second"]
+    assert record["plan"]["verdict"] == {} and record["amendments"][-1]["plan"]["verdict"] == {"threshold": 0.8}
+
+
+def test_the_status_words_of_finished_and_failed_runs_are_their_records(tmp_path):
+    import json
+
+    from modformer.sweep.status import run_statuses
+
+    _, out = _planned(tmp_path)
+    records = [{"run_id": "standard/default/seed0", "run_dir": "runs/standard/default/seed0", "variant": "standard",
+                "point": {}, "seed": 0, "status": "failed", "error": "RuntimeError: the last line of its log"},
+               {"run_id": "mixit/default/seed0", "run_dir": "runs/mixit/default/seed0", "variant": "mixit",
+                "point": {}, "seed": 0, "status": "done", "summary": {"test": {"accuracy": 0.5, "loss": 1.0}}}]
+    (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    statuses = {run_id: (status, detail) for run_id, status, detail in run_statuses(out)}
+    assert statuses["standard/default/seed0"] == ("failed", "RuntimeError: the last line of its log")
+    assert statuses["mixit/default/seed0"] == ("done", "test accuracy 0.5000, loss 1.0000")
+
+
+def test_a_budget_curve_reads_only_its_own_variants_budgets(tmp_path):
+    import json
+
+    from modformer.sweep.quote import Records
+
+    folder = tmp_path / "s"
+    folder.mkdir()
+    (folder / "sweep.yaml").write_text(yaml.safe_dump({"format": 4, "sweep": {"variants": ["a", "b"], "seeds": [0],
+                                                                               "grid": {"train.steps": [1, 2, 4]}}}))
+    runs = [("a", 1), ("a", 2), ("b", 4)]
+    (folder / "results.jsonl").write_text("".join(json.dumps(
+        {"run_id": f"{v}/train.steps={s}/seed0", "run_dir": "x", "variant": v, "point": {"train.steps": s}, "seed": 0,
+         "status": "done", "summary": {"test": {"accuracy": 0.5}}}) + "\n" for v, s in runs))
+    assert Records(tmp_path).values_of("s", "a", {}, "train.steps") == [1, 2]
+    with pytest.raises(ModformerError, match="no finished run of b along train.seeds"):
+        Records(tmp_path).values_of("s", "b", {}, "train.seeds")
