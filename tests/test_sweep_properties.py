@@ -95,3 +95,22 @@ def test_a_budget_curve_reads_only_its_own_variants_budgets(tmp_path):
     assert Records(tmp_path).values_of("s", "a", {}, "train.steps") == [1, 2]
     with pytest.raises(ModformerError, match="no finished run of b along train.seeds"):
         Records(tmp_path).values_of("s", "b", {}, "train.seeds")
+
+
+def test_a_run_starts_without_progress_bars_grouped_by_its_sweep_and_with_its_threads(tmp_path):
+    """prepare() writes the config a run starts with: no progress bars in its log, a tracker's
+    runs grouped under the sweep's folder name, the worker's thread count (or the one the run
+    first started with, so that its resumption stays bit-identical)."""
+    from modformer.sweep.runner import SweepRunner
+    from modformer.sweep.spec import load_sweep
+
+    _, out = _planned(tmp_path, "train.progress=true", "train.log_to=[tensorboard]")
+    runner = SweepRunner(load_sweep(out / "sweep.yaml"), out, echo=lambda *_: None)
+    run = runner.sweep.runs()[0]
+    cmd, env, log = runner.prepare(run, threads=2)
+    started = yaml.safe_load((out / "configs" / f"{run.run_id}.yaml").read_text())
+    assert started["train"]["progress"] is False and started["train"]["log_group"] == "out"
+    assert started["train"]["threads"] == 2 and env == {"OMP_NUM_THREADS": "2"} and log.exists()
+    (out / "runs" / run.run_id).mkdir(parents=True)
+    (out / "runs" / run.run_id / "config.yaml").write_text(yaml.safe_dump({"train": {"threads": 1}}))
+    assert runner.prepare(run, threads=2)[1] == {"OMP_NUM_THREADS": "1"}  # as it first started
