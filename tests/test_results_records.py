@@ -128,3 +128,20 @@ def test_every_verdict_cell_of_a_results_page_is_computed(page):
                 typed.append(f"line {number}: {cell[:80]}")
     assert checked, f"{page} has no table with a verdict column"
     assert not typed, f"{page}: verdict cells not computed:\n" + "\n".join(typed)
+
+
+def test_no_record_of_a_results_folder_is_hidden_by_gitignore():
+    """A record on disk but ignored by .gitignore (its `runs/` rule reaches any depth) passes
+    every test here and is missing from a fresh clone: a folder one level deeper than the
+    rule's exceptions, or a run folder renamed, would lose its records silently."""
+    import shutil
+    import subprocess
+
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    records = [p.relative_to(ROOT).as_posix() for name in ("config.yaml", "summary.json", "metrics.jsonl", "run.json")
+               for p in RESULTS.rglob(name) if "/runs/" in p.as_posix()]
+    assert len(records) > 1000
+    ignored = subprocess.run(["git", "check-ignore", "--no-index", "--stdin"], cwd=ROOT, input="\n".join(records),
+                             capture_output=True, text=True).stdout.split()
+    assert not ignored, f"{len(ignored)} record(s) .gitignore hides, e.g. {ignored[:3]}"
