@@ -151,9 +151,9 @@ def test_an_edit_folder_is_laid_out_as_its_sweep_exactly_or_not_at_all(tmp_path,
     assert len(rows) == 4 and {r["status"] for r in rows} == {"done"}
     moved = [line for row in rows for line in (folder / row["run_dir"] / "edits.jsonl").read_text().splitlines()]
     assert sorted(set(moved)) == sorted(lines) and moved.count(lines[0]) == 3  # as they were; `before` in each edit
-    whole_at_1 = folder / "runs/entries/sizes=_3_/seed1"
+    whole_at_1 = folder / "runs/entries/sizes=3/seed1"
     assert (whole_at_1 / "edits.jsonl").read_text() == "" and not (whole_at_1 / "known_facts.json").exists()
-    summary = json.loads((folder / "runs/entries/sizes=_1_/seed1/summary.json").read_text())
+    summary = json.loads((folder / "runs/entries/sizes=1/seed1/summary.json").read_text())
     assert summary["code_version"] == "0.1.0+0123456789ab" and summary["machine"] is None and summary["converted"]
     assert summary["overlap_with_others"] == 0.5  # entry 4 is among each other fact's top 2, entry 0 in none
     assert but_last_line((folder / "report.md").read_text()) == but_last_line(report)
