@@ -106,6 +106,19 @@ def test_only_a_gated_knowledge_model_has_a_llama_form(tmp_path):
     assert not (tmp_path / "hf").exists()
 
 
+def test_a_model_its_construction_scaled_is_refused_naming_the_scaled_parts(tmp_path):
+    """Folding reads each projection as a plain linear map: the reference construction's
+    scaled projections (or scaled skips) would be lost, so the conversion refuses them."""
+    _, path = saved_model(tmp_path, "model.construction=reference",
+                          "model.construction_options.scaled_linear=[512, 1]")
+    with pytest.raises(ModformerError, match=r"has parts its construction \(reference\) scales: "
+                                             r"blocks\.0\.mixer\.v_proj, blocks\.0\.mixer\.o_proj, "
+                                             r"blocks\.0\.ffn\.gate_proj; only plain ones convert"):
+        convert(path, "knowledge", tmp_path / "k.safetensors")
+    _, path = saved_model(tmp_path, "model.construction=reference")  # standard there: plain Llama
+    convert(path, "knowledge", tmp_path / "k.safetensors")
+
+
 def test_other_variants_are_refused(tmp_path):
     from modformer.errors import ModformerError
 

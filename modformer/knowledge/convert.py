@@ -117,10 +117,11 @@ def convert(source: str | Path, to: str, out: str | Path, *, threshold: str = "l
     if cfg.variant not in ("standard", "knowledge"):
         # Another variant's builder or freeze list would be lost in the converted config.
         raise ModformerError(f"{source} is a '{cfg.variant}' model; only standard and knowledge models convert")
-    if unplain_parts(model):
+    unplain = unplain_parts(model)
+    if unplain:
         # Folding reads the weights as plain linear maps; the output scales would be lost.
         raise ModformerError(f"{source} has parts its construction ({cfg.construction}) scales: "
-                             f"{', '.join(unplain_parts(model)[:3])}; only plain ones convert")
+                             f"{', '.join(unplain[:3])}; only plain ones convert")
     if any(v is not None and v < 1 for v in (n_entries, d_entry)):
         raise ModformerError(f"--n-entries and --d-entry must be positive, got {n_entries} and {d_entry}")
     approximate = n_entries is not None or d_entry is not None

@@ -14,7 +14,11 @@ names the points that differ. The resolved config (config.yaml) holds every fill
 Where the reference itself has two readings, a named option chooses
 (`model.construction_options`, `ReferenceOptions`): `transformers` (the classifier's
 attention is causal under transformers 4.50-4.52, bidirectional from 4.53) and `init` (the
-0.02 its code runs, or the 1/sqrt(width) its comment asks for). Each point names where in the reference it comes from; README.md ("The reference
+0.02 its code runs, or the 1/sqrt(width) its comment asks for). What the reference changes
+in a model beyond the library's config keys, its skip and branch scales and its scaled
+projections, is an option too (`residual_scale`, `skip_scale`, `scaled_linear`), filled per
+variant and trainer like any point and applied to the built model by `adapt_reference`.
+Each point names where in the reference it comes from; README.md ("The reference
 construction") lists them beside our corrected defaults; `scripts/reference_parity.py`
 measures the built models against the reference's own.
 """
