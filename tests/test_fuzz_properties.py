@@ -60,7 +60,9 @@ def test_an_override_gives_its_value_or_one_clear_error(key, value):
 
 
 GRID_VALUES = st.one_of(st.none(), st.integers(), st.floats(allow_nan=False), st.text(max_size=300),
-                        st.lists(st.text(max_size=8), max_size=3))
+                        st.lists(st.text(max_size=8), max_size=3),
+                        st.dictionaries(st.integers(-4, 4), st.one_of(st.text(max_size=8), st.lists(st.integers())),
+                                        max_size=3))
 
 
 @FAST
