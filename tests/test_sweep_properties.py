@@ -114,3 +114,26 @@ def test_a_run_starts_without_progress_bars_grouped_by_its_sweep_and_with_its_th
     (out / "runs" / run.run_id).mkdir(parents=True)
     (out / "runs" / run.run_id / "config.yaml").write_text(yaml.safe_dump({"train": {"threads": 1}}))
     assert runner.prepare(run, threads=2)[1] == {"OMP_NUM_THREADS": "1"}  # as it first started
+
+
+def test_a_budget_curve_draws_each_mean_with_its_interval_clipped_to_the_metrics_range(tmp_path, monkeypatch):
+    """draw_curves: x on a log scale named by what was counted, each point the mean of its runs
+    with its 95% t interval clipped to [0, 1] for an accuracy, the whole range shown, the
+    paper's mark as a line of its own."""
+    from modformer.stats import summarize
+    from modformer.sweep import budget_plot
+
+    drawn = {}
+    monkeypatch.setattr(budget_plot, "save_figure", lambda fig, path: drawn.update(fig=fig))
+    runs = {100: [0.2, 0.5, 0.8], 400: [0.9, 0.99, 1.0]}
+    budget_plot.draw_curves({"mixit": runs}, "width", (200, "the paper's width"), tmp_path / "p.png")
+    ax = drawn["fig"].axes[0]
+    assert ax.get_xscale() == "log" and ax.get_xlabel() == "width (d_model)" and ax.get_ylabel() == "test accuracy"
+    assert ax.get_ylim() == pytest.approx((-0.02, 1.02))
+    bars = [(segment[0][1], segment[1][1]) for segment in ax.containers[0].lines[2][0].get_segments()]
+    for (bottom, top), values in zip(bars, runs.values(), strict=True):
+        s = summarize(values)
+        assert bottom == pytest.approx(max(s.low, 0.0)) and top == pytest.approx(min(s.high, 1.0))
+    assert [line.get_label() for line in ax.get_lines()][-1] == "the paper's width"
+    budget_plot.draw_curves({"mixit": runs}, "tokens", None, tmp_path / "p.png", metric="loss")
+    assert drawn["fig"].axes[0].get_xlabel() == "tokens trained on"
