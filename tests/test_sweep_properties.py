@@ -137,3 +137,29 @@ def test_a_budget_curve_draws_each_mean_with_its_interval_clipped_to_the_metrics
     assert [line.get_label() for line in ax.get_lines()][-1] == "the paper's width"
     budget_plot.draw_curves({"mixit": runs}, "tokens", None, tmp_path / "p.png", metric="loss")
     assert drawn["fig"].axes[0].get_xlabel() == "tokens trained on"
+
+
+def test_the_slice_plot_orders_slices_by_number_and_names_each_variants_chosen_setting(tmp_path, monkeypatch):
+    """_plot_slices: slices in numeric order (2 before 10), each point the mean over seeds with
+    its interval clipped to [0, 1], the legend naming a variant's chosen setting unless the grid
+    gave no choice."""
+    from modformer.stats import summarize
+    from modformer.sweep import report
+
+    drawn = {}
+    monkeypatch.setattr(report, "save_figure", lambda fig, path: drawn.update(fig=fig))
+
+    def run(accuracies):
+        return {"summary": {"test": {"slices": {"n_pairs": {k: {"accuracy": a} for k, a in accuracies.items()}}}}}
+
+    seeds = [{"10": 0.2, "2": 0.9}, {"10": 0.4, "2": 0.95}, {"10": 0.3, "2": 1.0}]
+    groups = {("standard", "default"): [run(a) for a in seeds], ("mixit", "train.lr=0.01"): [run(a) for a in seeds]}
+    chosen = {"standard": "default", "mixit": "train.lr=0.01"}
+    report._plot_slices(tmp_path / "s.png", ["n_pairs"], ["standard", "mixit"], groups, chosen)
+    ax = drawn["fig"].axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["2", "10"]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["standard", "mixit (train.lr=0.01)"]
+    bars = [(segment[0][1], segment[1][1]) for segment in ax.containers[0].lines[2][0].get_segments()]
+    for (bottom, top), key in zip(bars, ["2", "10"], strict=True):
+        s = summarize([a[key] for a in seeds])
+        assert bottom == pytest.approx(max(s.low, 0.0)) and top == pytest.approx(min(s.high, 1.0))
