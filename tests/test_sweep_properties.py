@@ -163,3 +163,46 @@ def test_the_slice_plot_orders_slices_by_number_and_names_each_variants_chosen_s
     for (bottom, top), key in zip(bars, ["2", "10"], strict=True):
         s = summarize([a[key] for a in seeds])
         assert bottom == pytest.approx(max(s.low, 0.0)) and top == pytest.approx(min(s.high, 1.0))
+
+
+def test_gathering_ended_slurm_jobs_records_each_once_with_what_ended_it(tmp_path):
+    """slurm.gather: a live job is left; an ended one is recorded done where its run wrote its
+    summary, else failed with its Slurm state and, but for a job Slurm killed, its log's last
+    line; a job already recorded, or a run already done, is not recorded again."""
+    import json
+
+    from modformer.sweep.kinds import run_kind
+    from modformer.sweep.runner import read_results
+    from modformer.sweep.slurm import gather
+
+    out = tmp_path / "sweep"
+    (out / "slurm").mkdir(parents=True)
+    names = ["running", "finished", "failed", "cancelled", "recorded"]
+    jobs = [{"run_id": f"standard/default/{n}", "job_id": f"7_{i}",
+             "base": {"run_id": f"standard/default/{n}", "run_dir": f"runs/standard/default/{n}", "variant": "standard",
+                      "point": {}, "seed": i}} for i, n in enumerate(names)]
+    (out / "slurm" / "jobs.jsonl").write_text("".join(json.dumps(j) + "\n" for j in jobs))
+    for n in names:
+        (out / "runs" / "standard" / "default" / n).mkdir(parents=True)
+    (out / "runs/standard/default/finished/summary.json").write_text(json.dumps({"test": {"accuracy": 0.5}}))
+    (out / "logs" / "standard" / "default").mkdir(parents=True)
+    (out / "logs/standard/default/failed.log").write_text("step 10\nRuntimeError: boom\n")
+    (out / "logs/standard/default/cancelled.log").write_text("step 10\n")
+    (out / "results.jsonl").write_text(json.dumps({**jobs[4]["base"], "status": "failed", "slurm_job": "7_4"}) + "\n")
+    said = []
+    states = {"standard/default/running": "RUNNING", "standard/default/finished": "COMPLETED",
+              "standard/default/failed": "FAILED", "standard/default/cancelled": "CANCELLED",
+              "standard/default/recorded": "FAILED"}
+    gather(out, states, said.append, kind=run_kind("train"))
+    results = read_results(out)
+    assert "standard/default/running" not in results
+    assert results["standard/default/finished"]["status"] == "done"
+    assert results["standard/default/finished"]["summary"] == {"test": {"accuracy": 0.5}}
+    assert results["standard/default/failed"]["error"] == (
+        "Slurm job 7_2 ended FAILED: RuntimeError: boom; no checkpoint yet, kept: submit the sweep again to continue it")
+    assert results["standard/default/cancelled"]["error"].startswith("Slurm job 7_3 ended CANCELLED; no checkpoint")
+    assert results["standard/default/cancelled"]["slurm_state"] == "CANCELLED"
+    lines = (out / "results.jsonl").read_text().splitlines()
+    gather(out, states, said.append, kind=run_kind("train"))
+    assert (out / "results.jsonl").read_text().splitlines() == lines and len(lines) == 4  # each recorded once
+    assert len(said) == 3
