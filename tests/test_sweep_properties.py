@@ -206,3 +206,20 @@ def test_gathering_ended_slurm_jobs_records_each_once_with_what_ended_it(tmp_pat
     gather(out, states, said.append, kind=run_kind("train"))
     assert (out / "results.jsonl").read_text().splitlines() == lines and len(lines) == 4  # each recorded once
     assert len(said) == 3
+
+
+@pytest.mark.parametrize("state, word", [("PENDING", "queued"), ("REQUEUE_HOLD", "queued"), ("CONFIGURING", "queued"),
+                                         ("RUNNING", "running"), ("COMPLETING", "running")])
+def test_a_live_slurm_job_is_queued_or_running_by_its_state(tmp_path, monkeypatch, state, word):
+    import json
+
+    from modformer.sweep import status
+
+    _, out = _planned(tmp_path)
+    (out / "slurm").mkdir()
+    (out / "slurm" / "jobs.jsonl").write_text(json.dumps({"run_id": "mixit/default/seed0", "job_id": "9_1",
+                                                          "base": {}}) + "\n")
+    monkeypatch.setattr(status, "job_states", lambda out, jobs, **_: {run_id: state for run_id in jobs})
+    statuses = {run_id: (s, detail) for run_id, s, detail in status.run_statuses(out)}
+    assert statuses["mixit/default/seed0"] == (word, f"Slurm job 9_1 ({state})")
+    assert statuses["standard/default/seed0"] == ("not started", "")
