@@ -223,3 +223,27 @@ def test_a_live_slurm_job_is_queued_or_running_by_its_state(tmp_path, monkeypatc
     statuses = {run_id: (s, detail) for run_id, s, detail in status.run_statuses(out)}
     assert statuses["mixit/default/seed0"] == (word, f"Slurm job 9_1 ({state})")
     assert statuses["standard/default/seed0"] == ("not started", "")
+
+
+def test_an_unknown_profile_is_refused_naming_the_file_and_its_profiles(tmp_path):
+    from modformer.sweep.spec import load_sweep
+
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump({"task": {"name": "retrieval"}, "sweep": {"variants": ["standard"]},
+                                    "profiles": {"budget": {"train.steps": 800}, "wide": {"model.d_model": 256}}}))
+    with pytest.raises(ConfigError, match=rf"^{path} has no profile 'long' \(its profiles: budget, wide\)$"):
+        load_sweep(path, profiles=["long"])
+    assert load_sweep(path, profiles=["budget"]).base["train"]["steps"] == 800
+
+
+def test_a_folder_older_than_plans_compares_a_changed_sweep_with_its_saved_one(tmp_path, capsys):
+    """Where no plan was recorded (runs made before plans), the sweep file saved at the first
+    launch stands for it: a change of seeds is an amendment like any other."""
+    from modformer.cli import main
+
+    config, out = _planned(tmp_path)
+    (out / "plan.yaml").unlink()
+    capsys.readouterr()
+    assert main(["sweep", str(config), "sweep.seeds=[0, 1]", "--plan-only", "--out", str(out)]) == 2
+    assert "this changes the sweep's plan (seeds: [0] -> [0, 1])" in capsys.readouterr().err
+    assert main(["sweep", str(config), "--plan-only", "--out", str(out)]) == 0  # unchanged: nothing to say
