@@ -267,7 +267,7 @@ def test_a_malformed_benchmark_verdict_is_refused_in_words(tmp_path, spec, says)
     ("0.1.0", "bench.json precision=fp32 mfu %1", "not by a clean commit"),  # made outside a checkout
     ("0.1.0+94744d14d6cd-dirty", "bench.json precision=fp32 mfu %1", "not by a clean commit"),
     ("0.1.0+94744d14d6cd", "bench.json precision=fp32 mfu %1", "2 rows with precision=fp32"),
-    ("0.1.0+94744d14d6cd", '"bench.json" "contender=modformer llama" mfu %1', "no row with contender=modformer llama"),
+    ("0.1.0+94744d14d6cd", '"bench.json" "contender=modformer llama" mfu %1', "bench.json: no row with contender=modformer llama"),
     ("0.1.0+94744d14d6cd", '"bench.json" "contender=modformer mixit" precision=fp32 contender %1', "no number 'contender'"),
     ("0.1.0+94744d14d6cd", '"bench.json" "contender=modformer mixit" precision=fp32 mfu %1 over', "'over' takes only"),
     ("0.1.0+94744d14d6cd", '"bench.json" "contender=modformer mixit" precision=fp32 mfu 1', "expected FILE.json"),

@@ -247,3 +247,15 @@ def test_a_folder_older_than_plans_compares_a_changed_sweep_with_its_saved_one(t
     assert main(["sweep", str(config), "sweep.seeds=[0, 1]", "--plan-only", "--out", str(out)]) == 2
     assert "this changes the sweep's plan (seeds: [0] -> [0, 1])" in capsys.readouterr().err
     assert main(["sweep", str(config), "--plan-only", "--out", str(out)]) == 0  # unchanged: nothing to say
+
+
+def test_a_papers_mark_is_drawn_at_the_axis_the_curve_has(monkeypatch):
+    """sections.mark: the first paper that marks a run's config gives its mark for the curve's
+    axis (a budget, or a width); a run without a config, or no paper, gives none."""
+    from modformer.sweep import sections
+
+    monkeypatch.setitem(sections.MARKS, "p", lambda config, axis: (512.0, "its width") if axis == "width" else None)
+    monkeypatch.setitem(sections.MARKS, "q", lambda config, axis: (1e8, "its budget"))
+    assert sections.mark(["p", "q"], {}, "width") == (512.0, "its width")
+    assert sections.mark(["p", "q"], {}, "amount") == (1e8, "its budget")
+    assert sections.mark(["p"], {}, "amount") is None and sections.mark(["p", "q"], None, "width") is None
