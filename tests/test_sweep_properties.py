@@ -259,3 +259,32 @@ def test_a_papers_mark_is_drawn_at_the_axis_the_curve_has(monkeypatch):
     assert sections.mark(["p", "q"], {}, "width") == (512.0, "its width")
     assert sections.mark(["p", "q"], {}, "amount") == (1e8, "its budget")
     assert sections.mark(["p"], {}, "amount") is None and sections.mark(["p", "q"], None, "width") is None
+
+
+def test_a_width_curve_reads_each_runs_width_and_the_papers_width_mark(tmp_path, monkeypatch):
+    """plot_budget over a width grid: x is each run's width (from its summary's budget where its
+    config is gone), one line per variant and other grid value, the paper's width mark asked
+    for the width axis."""
+    from modformer.sweep import budget_plot, sections
+
+    drawn = {}
+    monkeypatch.setattr(budget_plot, "draw_curves", lambda lines, field, mark, path, metric: drawn.update(
+        lines=lines, field=field, mark=mark))
+    monkeypatch.setitem(sections.MARKS, "p", lambda config, axis: (512.0, "the paper's width") if axis == "width"
+                        else (1e8, "its budget"))
+
+    def run(width, lr, seed, accuracy, config=True, variant="mixit"):
+        run_dir = f"runs/{variant}/w{width}_{lr}/seed{seed}"
+        if config:
+            (tmp_path / run_dir).mkdir(parents=True)
+            (tmp_path / run_dir / "config.yaml").write_text(yaml.safe_dump(
+                {"model": {"d_model": width}, "task": {"name": "retrieval"}, "train": {"steps": 10, "batch_size": 2}}))
+        return {"run_id": run_dir[5:], "run_dir": run_dir, "point": {"model.d_model": width, "train.lr": lr},
+                "summary": {"budget": {"sequences": 20, "width": width}, "test": {"accuracy": accuracy}}}
+
+    groups = {("mixit", "a"): [run(64, 0.01, 0, 0.5), run(64, 0.01, 1, 0.7, config=False)],
+              ("mixit", "b"): [run(128, 0.01, 0, 0.9)], ("standard", "c"): [run(128, 0.01, 0, 1.0, variant="standard")]}
+    caption = budget_plot.plot_budget(tmp_path, tmp_path / "b.png", {"model.d_model": [64, 128], "train.lr": [0.01]},
+                                      ["mixit"], groups, papers=["p"])
+    assert caption and drawn["field"] == "width" and drawn["mark"] == (512.0, "the paper's width")
+    assert drawn["lines"] == {"mixit, train.lr=0.01": {64: [0.5, 0.7], 128: [0.9]}}
