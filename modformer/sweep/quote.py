@@ -239,10 +239,7 @@ def _figure(values: list[float], kind: str, digits: int, flag: str | None, bound
 
 
 def _threshold(spec: str, flag: str) -> float:
-    try:
-        return float(flag.split("=", 1)[1])
-    except ValueError:
-        raise ModformerError(f"quote '{spec}': above= takes a number (the metric's threshold)") from None
+    return _parse_number(spec, flag.split("=", 1)[1], "above= takes a number (the metric's threshold)")
 
 
 def _rate(values: list[float], kind: str, digits: int, threshold: float) -> str:
@@ -420,10 +417,15 @@ def _render_verdict(spec: str, folder: str, variant: str, where: dict[str, Any],
 
 
 def _number_word(spec: str, word: str) -> float:
+    return _parse_number(spec, word, f"expected a number, got '{word}'")
+
+
+def _parse_number(spec: str, word: str, refusal: str) -> float:
+    """`word` as a number; otherwise refused in one line, `refusal` saying what was expected."""
     try:
         return float(word)
     except ValueError:
-        raise ModformerError(f"quote '{spec}': expected a number, got '{word}'") from None
+        raise ModformerError(f"quote '{spec}': {refusal}") from None
 
 
 def _grid_values(words: list[str]) -> dict[str, Any]:
