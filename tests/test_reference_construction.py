@@ -293,22 +293,6 @@ def test_an_unknown_construction_is_refused():
         config_from_dict({"model": {"construction": "paper"}, "task": {"name": "retrieval", "n_pairs": 4}})
 
 
-def test_budget_plot_draws_every_grid_point_and_only_for_budget_or_width_grids(tmp_path):
-    from modformer.sweep.budget_plot import plot_budget
-
-    def run(steps, seed, accuracy):
-        return {"point": {"train.steps": steps}, "run_id": f"{steps}-{seed}", "run_dir": f"runs/{steps}-{seed}",
-                "summary": {"budget": {"sequences": steps * 256, "fraction": 0.0, "width": 64, "width_fraction": 0.1},
-                            "test": {"accuracy": accuracy}}}
-
-    groups = {("mixit", "train.steps=200"): [run(200, s, 0.3 + 0.01 * s) for s in range(3)],
-              ("mixit", "train.steps=800"): [run(800, s, 0.5) for s in range(3)]}
-    caption = plot_budget(tmp_path, tmp_path / "budget.png", {"train.steps": [200, 800]}, ["mixit"], groups)
-    assert caption and "sequences" in caption and (tmp_path / "budget.png").stat().st_size > 0
-    assert plot_budget(tmp_path, tmp_path / "other.png", {"train.lr": [1e-3]}, ["mixit"], groups) is None
-    assert not (tmp_path / "other.png").exists()
-
-
 def test_attention_models_label_their_deviations_and_keep_q_k_plain():
     cfg = reference("standard", ("model.construction_options.skip_scale", 0.5),
                     ("model.construction_options.scaled_linear", [512, 1]))

@@ -288,3 +288,19 @@ def test_a_width_curve_reads_each_runs_width_and_the_papers_width_mark(tmp_path,
                                       ["mixit"], groups, papers=["p"])
     assert caption and drawn["field"] == "width" and drawn["mark"] == (512.0, "the paper's width")
     assert drawn["lines"] == {"mixit, train.lr=0.01": {64: [0.5, 0.7], 128: [0.9]}}
+
+
+def test_budget_plot_draws_every_grid_point_and_only_for_budget_or_width_grids(tmp_path):
+    from modformer.sweep.budget_plot import plot_budget
+
+    def run(steps, seed, accuracy):
+        return {"point": {"train.steps": steps}, "run_id": f"{steps}-{seed}", "run_dir": f"runs/{steps}-{seed}",
+                "summary": {"budget": {"sequences": steps * 256, "fraction": 0.0, "width": 64, "width_fraction": 0.1},
+                            "test": {"accuracy": accuracy}}}
+
+    groups = {("mixit", "train.steps=200"): [run(200, s, 0.3 + 0.01 * s) for s in range(3)],
+              ("mixit", "train.steps=800"): [run(800, s, 0.5) for s in range(3)]}
+    caption = plot_budget(tmp_path, tmp_path / "budget.png", {"train.steps": [200, 800]}, ["mixit"], groups)
+    assert caption and "sequences" in caption and (tmp_path / "budget.png").stat().st_size > 0
+    assert plot_budget(tmp_path, tmp_path / "other.png", {"train.lr": [1e-3]}, ["mixit"], groups) is None
+    assert not (tmp_path / "other.png").exists()
