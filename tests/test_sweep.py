@@ -253,6 +253,8 @@ def test_a_curve_gathers_the_matching_runs_of_several_sweeps(tmp_path):
     rows = [line for line in table.read_text().splitlines() if line.startswith("| standard |")]
     assert len(rows) == 2 and rows[0].endswith("| first |") and rows[1].startswith("| standard | 204,800 | 3 |")  # no paper's sweep: no mark
     assert (tmp_path / "curve.png").stat().st_size > 0
+    assert f"|\n\nReproduce:\n\n    modformer curve {first} {later} --where train.lr=0.003 --x sequences --out " \
+           f"{tmp_path / 'curve.png'}\n" in table.read_text()  # the table ends, then how to make it again
     losses = curve_points([first, later], ["train.lr=0.003"], metric="loss")["standard"]
     assert sorted(v for v, _ in losses[204_800]) == pytest.approx([0.08, 0.09, 0.1])
     table = write_curve([first, later], tmp_path / "loss.png", ["train.lr=0.003"], metric="loss")

@@ -208,9 +208,9 @@ def test_gathering_ended_slurm_jobs_records_each_once_with_what_ended_it(tmp_pat
     assert len(said) == 3
 
 
-@pytest.mark.parametrize("state, word", [("PENDING", "queued"), ("REQUEUE_HOLD", "queued"), ("CONFIGURING", "queued"),
-                                         ("RUNNING", "running"), ("COMPLETING", "running")])
-def test_a_live_slurm_job_is_queued_or_running_by_its_state(tmp_path, monkeypatch, state, word):
+def one_slurm_job_statuses(tmp_path, monkeypatch, state, accounting=None):
+    """--status's (status, detail) per run of a planned sweep whose mixit run is Slurm job 9_1,
+    reported in `state` (and `accounting`: what was recorded of the jobs' earlier states)."""
     import json
 
     from modformer.sweep import status
@@ -220,7 +220,14 @@ def test_a_live_slurm_job_is_queued_or_running_by_its_state(tmp_path, monkeypatc
     (out / "slurm" / "jobs.jsonl").write_text(json.dumps({"run_id": "mixit/default/seed0", "job_id": "9_1",
                                                           "base": {}}) + "\n")
     monkeypatch.setattr(status, "job_states", lambda out, jobs, **_: {run_id: state for run_id in jobs})
-    statuses = {run_id: (s, detail) for run_id, s, detail in status.run_statuses(out)}
+    monkeypatch.setattr(status, "read_accounting", lambda out: accounting or {})
+    return {run_id: (s, detail) for run_id, s, detail in status.run_statuses(out)}
+
+
+@pytest.mark.parametrize("state, word", [("PENDING", "queued"), ("REQUEUE_HOLD", "queued"), ("CONFIGURING", "queued"),
+                                         ("RUNNING", "running"), ("COMPLETING", "running")])
+def test_a_live_slurm_job_is_queued_or_running_by_its_state(tmp_path, monkeypatch, state, word):
+    statuses = one_slurm_job_statuses(tmp_path, monkeypatch, state)
     assert statuses["mixit/default/seed0"] == (word, f"Slurm job 9_1 ({state})")
     assert statuses["standard/default/seed0"] == ("not started", "")
 

@@ -466,8 +466,9 @@ def cmd_quote(args: argparse.Namespace) -> int:
     if args.check and changes:
         raise ModformerError(f"{len(changes)} figure(s) of {args.file} differ from their records; "
                              f"run `modformer quote {args.file}`")
-    print(f"{args.file}: {len(changes)} figure(s) {'would change' if args.check else 'rewritten'}"
-          if changes else f"{args.file}: every quoted figure matches its records")
+    # --check with changes has raised above: what is left of them were rewritten
+    print(f"{args.file}: {len(changes)} figure(s) rewritten" if changes
+          else f"{args.file}: every quoted figure matches its records")
     return 0
 
 
