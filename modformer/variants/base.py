@@ -59,7 +59,7 @@ def fixed_mixer(variant: Any) -> str | None:
 def model_mixer(model: dict[str, Any]) -> Any:
     """The mixer a raw or resolved model section builds its blocks with: its variant's own,
     else model.mixer, else attention."""
-    return fixed_mixer(model.get("variant", "standard")) or model.get("mixer") or "attention"
+    return fixed_mixer(model.get("variant")) or model.get("mixer") or "attention"  # no variant: standard, no fixed mixer
 
 
 def same_model(a: Variant, b: Variant) -> bool:

@@ -26,8 +26,8 @@ from .standard import build_decoder
 def knowledge_ffn(base: KnowledgeBase, cfg: ModelConfig) -> KnowledgeFFN:
     """One block's reader of `base`, as `model.knowledge` configures it."""
     kc = cfg.knowledge
-    _, _, d_key = kc.sizes(cfg.d_model, cfg.ffn_dim)
-    return KnowledgeFFN(base, cfg.d_model, d_key=d_key, activation=kc.activation, threshold=kc.threshold,
+    # d_key None: the reader takes the base's entry width, as `KnowledgeConfig.sizes` resolves it.
+    return KnowledgeFFN(base, cfg.d_model, d_key=kc.d_key, activation=kc.activation, threshold=kc.threshold,
                         threshold_hidden=kc.threshold_hidden)
 
 
