@@ -69,8 +69,9 @@ PY
  .venv/bin/mutmut export-cicd-stats >/dev/null 2>&1
  .venv/bin/mutmut results --all true > "$work/results.txt" 2>/dev/null || true
  .venv/bin/mutmut results 2>/dev/null | grep -v "no tests\|not checked" || true
- # each survivor's change, to be killed by a test or listed as equivalent with a reason
- for name in $(.venv/bin/mutmut results 2>/dev/null | grep ": survived" | sed 's/: survived//'); do
+ # each survivor's change (and each that no listed test reaches), to be killed by a test or
+ # listed as equivalent with a reason
+ for name in $(.venv/bin/mutmut results 2>/dev/null | grep ": survived\|: no tests" | sed 's/: survived//; s/: no tests//'); do
    .venv/bin/mutmut show "$name" 2>/dev/null | sed 's/^/      /' || true
  done)
 .venv/bin/python - "$work" "$version" "$module" "$@" <<'PY' || { tail -40 "$work/mutmut.log" | tr '\r' '\n' | grep -v "^⠋\|^⠙\|^⠹\|^⠸\|^⠼\|^⠴\|^⠦\|^⠧\|^⠇\|^⠏" | tail -30 >&2; exit 2; }
