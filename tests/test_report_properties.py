@@ -52,7 +52,7 @@ def test_the_parts_own_losses_get_a_table_of_the_chosen_settings(tmp_path):
                          [(v, 0.01, s, 0.5, 0.5) for v in ("standard", "mixit") for s in range(3)])
     rewrite(out, lambda r: r["summary"].update(aux={"balance": -0.1 * r["seed"]}) if r["variant"] == "mixit" else None)
     text = write_report(out).read_text()
-    assert "## Auxiliary losses (chosen settings; the last logged training window, unweighted)" in text
+    assert "## Auxiliary losses (chosen settings; the last logged training window, unweighted)\n\n| variant |" in text
     rows = table(text, "## Auxiliary losses")
     assert rows == [["standard", "n/a"], ["mixit", report._cell([0.0, -0.1, -0.2], "term")]]
     assert "-0.1" in rows[1][1]  # a term's interval is not clipped at 0 as a loss's is
@@ -131,3 +131,45 @@ def test_quotes_help_gives_the_syntax_and_an_example_page(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "Every <!--q SPEC-->VALUE<!--/q--> is rewritten from the records SPEC names" in text
     assert "a Markdown file, e.g. results/random_attention/README.md" in text
+
+
+def test_a_quote_of_too_few_words_is_refused_with_its_grammar(tmp_path):
+    sweep_folder(tmp_path, RUNS)
+    assert_refused(tmp_path, "sweep mixit %2", r"^quote 'sweep mixit %2': expected FOLDER VARIANT \[KEY=VALUE \.\.\.\] "
+                                               r"METRIC FORMAT \[FLAG\]$")
+
+
+def test_runs_beyond_the_saved_grid_and_variants_seeds_that_differ_are_named(tmp_path):
+    runs = [("standard", 0.01, s, 0.5, 0.5) for s in range(3)] + [("mixit", 0.01, s, 0.5, 0.5) for s in range(2)]
+    out = finished_sweep(tmp_path / "out", ["standard", "mixit"], [0, 1, 2], runs)
+    rewrite(out, lambda r: [{**r, "run_id": r["run_id"].replace("0.01", "0.1"), "point": {"train.lr": 0.1}}]
+            if r["seed"] == 0 else None)
+    text = write_report(out).read_text()
+    assert "Seeds: standard [0, 1, 2]; mixit [0, 1]." in text
+    assert "Runs beyond that grid, from later commands (commands.txt): `train.lr=0.1` (standard, mixit)." in text
+
+
+def test_slice_rows_run_in_numeric_order_and_an_induction_figure_is_captioned(tmp_path):
+    out = finished_sweep(tmp_path / "out", ["standard"], [0, 1, 2], [("standard", 0.01, s, 0.5, 0.5) for s in range(3)])
+    rewrite(out, lambda r: r["summary"]["test"].update(slices={"n_pairs": {k: {"accuracy": 0.5} for k in ("10", "2")}}))
+    for r in json_lines(out / "results.jsonl"):
+        (out / r["run_dir"]).mkdir(parents=True)
+        (out / r["run_dir"] / "metrics.jsonl").write_text(json.dumps({"kind": "induction", "step": 5,
+                                                                      "scores": [[0.1, 0.7]]}) + "\n")
+    text = write_report(out).read_text()
+    assert [row[0] for row in table(text, "## Test accuracy per `n_pairs` (chosen settings)")] == ["2", "10"]
+    assert "Strongest induction head (max over layers and heads) during training, chosen settings (mean over seeds, " \
+           "band: min to max):\n\n![induction.png](induction.png)" in text
+
+
+def json_lines(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_each_slice_gets_a_panel_of_its_own_width(tmp_path, monkeypatch):
+    drawn = {}
+    monkeypatch.setattr(report, "save_figure", lambda fig, path: drawn.update(fig=fig))
+    runs = [{"summary": {"test": {"slices": {"a": {"1": {"accuracy": 0.5}}, "b": {"1": {"accuracy": 0.5}}}}}}]
+    report._plot_slices(tmp_path / "s.png", ["a", "b"], ["standard"], {("standard", "default"): runs},
+                        {"standard": "default"})
+    assert tuple(drawn["fig"].get_size_inches()) == (12.0, 4.0)

@@ -311,3 +311,21 @@ def test_budget_plot_draws_every_grid_point_and_only_for_budget_or_width_grids(t
     assert caption and "sequences" in caption and (tmp_path / "budget.png").stat().st_size > 0
     assert plot_budget(tmp_path, tmp_path / "other.png", {"train.lr": [1e-3]}, ["mixit"], groups) is None
     assert not (tmp_path / "other.png").exists()
+
+
+def test_a_grid_value_yaml_cannot_give_is_compared_by_its_repr():
+    """A sweep built in Python may hold values JSON cannot write: duplicates are still refused
+    in words, not by a TypeError."""
+    from decimal import Decimal
+
+    with pytest.raises(ConfigError, match=r"^sweep\.grid\.model\.d_model names Decimal\('64'\) twice: each value once$"):
+        SweepConfig(variants=["standard"], grid={"model.d_model": [Decimal(64), Decimal(64)]})
+
+
+def test_a_base_section_that_is_not_a_mapping_is_refused_where_the_variant_is_set(tmp_path):
+    from modformer.sweep.spec import load_sweep
+
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({"model": [1], "task": {"name": "retrieval"}, "sweep": {"variants": ["standard"]}}))
+    with pytest.raises(ConfigError, match=r"^sweep\.variants: 'model' is not a section$"):
+        load_sweep(path).runs()

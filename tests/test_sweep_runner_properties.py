@@ -4,10 +4,13 @@ was written for a survivor of the sweep package's mutation sample
 (results/mutation/sweep_survivors.txt) and names the property a silent change would break."""
 
 import json
+import os
+import time
 from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
+import yaml
 
 from modformer.errors import ConfigError, ModformerError
 from modformer.sweep import slurm as slurm_module
@@ -160,15 +163,15 @@ def slurm_launcher(tmp_path, monkeypatch, fake, *overrides):
 def test_each_submission_gets_its_own_numbered_folder_and_every_sbatch_option_given(tmp_path, monkeypatch):
     fake = FakeSubmitit()
     launcher = slurm_launcher(tmp_path, monkeypatch, fake, "sweep.slurm.qos=high", "sweep.slurm.account=lab",
-                              "sweep.slurm.partition=cpu", "sweep.slurm.mem=4G")
+                              "sweep.slurm.partition=cpu", "sweep.slurm.mem=4G", "sweep.slurm.setup=['module load x']")
     runs = launcher.runner.sweep.runs()
     first, second = launcher._submit(runs[:1]), launcher._submit(runs[1:])
     assert [e.folder.name for e in fake.executors] == ["submission-1", "submission-2"]
     assert first[runs[0].run_id]["folder"] == "slurm/submission-1"
     assert second[runs[1].run_id]["folder"] == "slurm/submission-2"
     params = fake.executors[0].params
-    assert {k: params[k] for k in ("qos", "account", "partition", "mem")} == {
-        "qos": "high", "account": "lab", "partition": "cpu", "mem": "4G"}
+    assert {k: params[k] for k in ("qos", "account", "partition", "mem", "setup")} == {
+        "qos": "high", "account": "lab", "partition": "cpu", "mem": "4G", "setup": ["module load x"]}
     assert "constraint" not in params and "gpus_per_node" not in params  # not given: not asked for
 
 
@@ -238,3 +241,79 @@ def test_an_unknown_jobs_status_says_why_and_its_last_reported_state_where_there
 def test_a_job_that_ended_unrecorded_is_cancelled_or_failed_in_lower_case(tmp_path, monkeypatch, state, word):
     rows = one_slurm_job_statuses(tmp_path, monkeypatch, state)
     assert rows["mixit/default/seed0"] == (word, f"Slurm job 9_1 ended {state}")
+
+
+def test_a_failed_runs_error_is_the_last_line_of_a_longer_log(tmp_path):
+    log = tmp_path / "log"
+    log.write_text("step 10\nTraceback (most recent call last):\nRuntimeError: boom\n")
+    said = []
+    record_outcome(tmp_path, {"run_id": "a", "run_dir": "runs/a"}, 1, log, said.append, lambda s: "")
+    assert read_results(tmp_path)["a"]["error"] == "RuntimeError: boom"
+    assert said == [f"FAILED a (exit 1): RuntimeError: boom  [log: {log}]"]
+
+
+def test_a_run_is_announced_as_it_starts(tmp_path):
+    _, out = _planned(tmp_path)
+    said = []
+    runner = runner_of(out, echo=said.append)
+    runner.kind = replace(runner.kind, command=lambda cfg, run_dir: ["list"])
+    run = runner.sweep.runs()[0]
+    runner._run_one(run, threads=1)
+    assert said[0] == f"start  {run.run_id}"
+
+
+def test_a_run_starts_from_a_config_in_the_order_its_sections_and_keys_are_declared(tmp_path):
+    from modformer.config import RunConfig
+
+    _, out = _planned(tmp_path)
+    runner = runner_of(out)
+    run = runner.sweep.runs()[0]
+    runner.prepare(run, threads=1)
+    started = yaml.safe_load((out / "configs" / f"{run.run_id}.yaml").read_text())
+    declared = RunConfig().to_dict()
+    assert list(started) == list(declared) and list(started["model"]) == list(declared["model"])
+
+
+@pytest.mark.parametrize("start", ["run", "record_plan"])
+def test_a_folder_another_sweep_holds_is_refused_at_once(tmp_path, start):
+    from modformer.lock import FolderBusy, take_lock
+
+    config, out = _planned(tmp_path)
+    runner = SweepRunner(load_sweep(config), out, echo=lambda *_: None)
+    with take_lock(out / "sweep.lock", wait=False):
+        with pytest.raises(FolderBusy, match="another sweep is running this folder"):
+            getattr(runner, start)()
+    assert not (out / "results.jsonl").exists()
+
+
+def test_a_launch_with_wait_follows_every_job_it_submitted(tmp_path, monkeypatch):
+    launcher = slurm_launcher(tmp_path, monkeypatch, FakeSubmitit())
+    launcher.wait = True
+    followed = []
+    monkeypatch.setattr(launcher, "_follow", followed.append)
+    monkeypatch.setattr(launcher, "_submit", lambda todo: {r.run_id: {"job_id": "8_0"} for r in todo})
+    launcher.launch()
+    assert followed == [{r.run_id for r in launcher.runner.sweep.runs()}]
+
+
+def test_the_launcher_tells_its_own_listener_when_accounting_is_unreachable(tmp_path, monkeypatch):
+    launcher = slurm_launcher(tmp_path, monkeypatch, FakeSubmitit())
+    said = []
+    launcher.echo = said.append
+    monkeypatch.setattr(slurm_states, "_run", lambda cmd: (None, f"{cmd[0]}: connection refused"))
+    states = launcher._states({"standard/default/seed0": {"job_id": "7_0", "submitted_s": 0.0}})
+    assert states == {"standard/default/seed0": "UNKNOWN"}
+    assert said and said[0].startswith("Slurm accounting unreachable (sacct: connection refused")
+
+
+def test_a_slurm_command_that_hangs_is_taken_as_unreachable(tmp_path, monkeypatch):
+    fake = tmp_path / "bin" / "sacct"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\nsleep 30\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    monkeypatch.setattr(slurm_states, "ASK_TIMEOUT_S", 0.3)
+    started = time.monotonic()
+    text, error = slurm_states._run(["sacct", "-X"])
+    assert text is None and error.startswith("sacct: ") and "timed out after 0.3 seconds" in error
+    assert time.monotonic() - started < 10

@@ -38,11 +38,14 @@ LIVE = {"READY", "PENDING", "RUNNING", "UNKNOWN", "REQUEUED", "COMPLETING", "PRE
 # listed (accounting may lag a submission) before it is LOST: sweep.slurm.lost_after_s.
 LOST_AFTER_S = 300.0
 
+# A sacct or squeue that has not answered in this long is taken as unreachable, not waited on.
+ASK_TIMEOUT_S = 120.0
+
 
 def _run(cmd: list[str]) -> tuple[str | None, str]:
     """(stdout, "") of a Slurm command that succeeded, else (None, its last error line)."""
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=ASK_TIMEOUT_S)
     except (OSError, subprocess.TimeoutExpired) as e:
         return None, f"{cmd[0]}: {e}"
     if done.returncode != 0:
