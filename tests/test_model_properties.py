@@ -99,9 +99,10 @@ def test_the_shaped_slope_tends_to_one_as_width_grows():
     assert shaped_slope(256, c_minus=-2.0)[0] == 1 - 2 / 16
 
 
-def test_a_positive_size_is_refused_below_one_by_its_name():
-    with pytest.raises(ConfigError, match=r"^model\.n_heads must be positive, got 0$"):
-        ModelConfig(n_heads=0)
+@pytest.mark.parametrize("key", ["n_heads", "norm_eps"])
+def test_a_positive_setting_is_refused_at_zero_by_its_name(key):
+    with pytest.raises(ConfigError, match=rf"^model\.{key} must be positive, got 0$"):
+        ModelConfig(**{key: 0})
 
 
 # --- the knowledge base ------------------------------------------------------------------------------
@@ -160,12 +161,51 @@ def test_a_reference_construction_has_unplain_parts_and_the_library_model_none()
 
 
 def test_the_bridges_defaults_are_the_reference_papers():
+    from modformer.config import load_config
     from modformer.model.bridged import BridgedStudent
     from modformer.papers.llm_modules.config import BridgeSection
+    from modformer.variants.base import build_model
 
-    defaults = {k: p.default for k, p in inspect.signature(BridgedStudent).parameters.items()
-                if k in ("n_heads", "dropout", "adapter_bottleneck")}
+    student = build_model(load_config(None, ["model.d_model=16", "model.n_heads=2"]).model, 0)
+    bridge = BridgedStudent(student, 24).bridges["input"]  # built as the reference's, nothing given
     section = BridgeSection()
-    assert defaults == {"n_heads": section.n_heads, "dropout": section.dropout,
-                        "adapter_bottleneck": section.adapter_bottleneck} == {"n_heads": 8, "dropout": 0.1,
-                                                                              "adapter_bottleneck": 256}
+    assert (bridge.n_heads, bridge.dropout, bridge.adapter_in.out_features) == \
+        (section.n_heads, section.dropout, section.adapter_bottleneck) == (8, 0.1, 256)
+
+
+def test_a_models_own_tokens_and_a_parts_default_name_reach_the_probe():
+    """probe_model: a model without `vocab_size` is probed with tokens 0 and 1; a wrong part is
+    named by the config key of its role where the caller gave no name for it."""
+    from modformer.config import load_config
+    from modformer.model.probe import probe_model
+    from modformer.variants.base import build_model
+
+    class Unsized(torch.nn.Module):  # a model of yours that says nothing of its vocabulary
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, tokens):
+            return self.model(tokens)
+
+    built = build_model(load_config(None, ["model.d_model=16", "model.n_heads=2"]).model, 0)
+    model = Unsized(built)
+    assert probe_model(model, 8, {}) == []
+
+    class Wide(torch.nn.Module):
+        def forward(self, x):
+            return torch.cat([x, x], -1)
+
+    built.blocks[1].ffn = Wide()
+    with pytest.raises(ConfigError, match=r"^model\.ffn \(model\.blocks\.1\.ffn, Wide\) returned a tensor of shape"):
+        probe_model(model, 8, {"mixer": "model.mixer=attention"})
+
+
+def test_an_auxiliary_loss_outside_the_model_is_counted_as_aux():
+    from modformer.model.aux import AuxLoss, collecting
+
+    inside = torch.nn.Sequential(AuxLoss(0.5))
+    with collecting(inside) as terms:
+        inside[0](torch.tensor(2.0))
+        AuxLoss(1.0)(torch.tensor(3.0))
+    assert terms.logged() == {"0": 2.0, "aux": 3.0} and float(terms.total()) == 0.5 * 2.0 + 3.0
