@@ -71,7 +71,7 @@ PY
  .venv/bin/mutmut results 2>/dev/null | grep -v "no tests\|not checked" || true
  # each survivor's change (and each that no listed test reaches), to be killed by a test or
  # listed as equivalent with a reason
- for name in $(.venv/bin/mutmut results 2>/dev/null | grep ": survived\|: no tests" | sed 's/: survived//; s/: no tests//'); do
+ for name in $(.venv/bin/mutmut results 2>/dev/null | grep ": survived\|: no tests\|: suspicious\|: segfault" | sed 's/: [a-z ]*$//'); do
    .venv/bin/mutmut show "$name" 2>/dev/null | sed 's/^/      /' || true
  done)
 .venv/bin/python - "$work" "$version" "$module" "$@" <<'PY' || { tail -40 "$work/mutmut.log" | tr '\r' '\n' | grep -v "^⠋\|^⠙\|^⠹\|^⠸\|^⠼\|^⠴\|^⠦\|^⠧\|^⠇\|^⠏" | tail -30 >&2; exit 2; }
@@ -88,7 +88,12 @@ if sample:  # the sample's statuses, as `mutmut results --all true` lists them
     words = Counter(status.get(n, "not checked") for n in names)
     counts = {"killed": words["killed"], "survived": words["survived"], "no_tests": words["no tests"],
               "timeout": words["timeout"], "total": len(names)}
-    unchecked = len(names) - sum(v for k, v in counts.items() if k != "total")
+    # mutmut's other verdicts (suspicious: its tests ran far slower than unmutated; segfault;
+    # skipped) are checked but neither killed nor survived: recorded by their words.
+    other = {w: n for w, n in words.items() if w not in ("killed", "survived", "no tests", "timeout", "not checked")}
+    if other:
+        counts["other"] = other
+    unchecked = words["not checked"]
 else:
     stats_file = work / "mutants" / "mutmut-cicd-stats.json"
     stats = json.loads(stats_file.read_text()) if stats_file.exists() else {}
@@ -109,5 +114,6 @@ with open("results/mutation/scores.jsonl", "a") as f:
     f.write(json.dumps(record) + "\n")
 print(f"{module}: {record['killed']} of {record['total']} killed ({record['killed'] / record['total']:.0%}), "
       f"{record['survived']} survived, {record['no_tests']} untested"
+      + (f", other: {record['other']}" if "other" in record else "")
       + (f" (a sample of {record['total']} of its {record['of']} mutants, seed {record['seed']})" if sample else ""))
 PY
