@@ -63,3 +63,29 @@ def test_each_process_takes_its_own_rows_of_a_global_batch():
 ])
 def test_a_budget_counts_sequences_or_a_language_models_tokens(config, budget):
     assert trained(config) == budget
+
+
+def test_a_device_is_chosen_or_refused_in_words():
+    from modformer.train.loop import resolve_device
+
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device("auto") == torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match=r"^train\.device=cuda:1, but no CUDA device is available \(use cpu or "
+                                              r"auto\)$"):
+            resolve_device("cuda:1")
+
+
+@pytest.mark.parametrize("last_saved, start, kept", [
+    (40, 0, "the last good checkpoint (step 40) is kept"),
+    (None, 20, "the last good checkpoint (step 20) is kept"),  # resumed there, nothing saved since
+    (None, 0, "no checkpoint had been written yet"),
+])
+def test_a_diverged_run_says_what_it_kept(last_saved, start, kept):
+    from modformer.train.loop import TrainingDiverged, TrainingLoop
+
+    loop = SimpleNamespace(last_saved=last_saved, start=start, describe=lambda: " (run r)")
+    with pytest.raises(TrainingDiverged) as raised:
+        TrainingLoop.diverged(loop, "the loss", float("nan"), 10)
+    assert str(raised.value) == f"the loss became nan at step 11 (run r); {kept}. Try a lower learning rate or " \
+                                "train.grad_clip"
