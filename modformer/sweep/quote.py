@@ -466,7 +466,7 @@ def cmd_quote(args: argparse.Namespace) -> int:
     if args.check and changes:
         raise ModformerError(f"{len(changes)} figure(s) of {args.file} differ from their records; "
                              f"run `modformer quote {args.file}`")
-    # --check with changes has raised above: what is left of them were rewritten
+    # --check with changes has raised above, so any changes here were rewritten
     print(f"{args.file}: {len(changes)} figure(s) rewritten" if changes
           else f"{args.file}: every quoted figure matches its records")
     return 0
