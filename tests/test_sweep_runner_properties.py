@@ -184,7 +184,7 @@ def test_an_sbatch_refusal_is_one_line_naming_its_first_line(tmp_path, monkeypat
 
 def test_a_launch_gathers_ended_jobs_and_submits_only_what_is_neither_live_nor_done(tmp_path, monkeypatch):
     """Between pending() and the jobs' states one job finished (its summary written): gathered as
-    done, it is counted finished and not submitted again; a failed one is; a running one is left."""
+    done, it is counted finished and not submitted again; the failed one is submitted again."""
     launcher = slurm_launcher(tmp_path, monkeypatch, FakeSubmitit())
     runner = launcher.runner
     runs = runner.sweep.runs()
@@ -211,8 +211,6 @@ def test_a_launch_gathers_ended_jobs_and_submits_only_what_is_neither_live_nor_d
 
 
 def test_sacct_is_asked_for_every_array_at_once_and_squeue_for_this_users_jobs(monkeypatch):
-    import os
-
     asked = []
     monkeypatch.setattr(slurm_states, "_run", lambda cmd: asked.append(cmd) or ("", ""))
     slurm_states.ask_sacct({"12_0", "12_1", "9_3"})
