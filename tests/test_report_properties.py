@@ -17,9 +17,13 @@ from test_quote import RUNS, assert_refused, quoted, sweep_folder
 from test_sweep import finished_sweep, table
 
 
+def json_lines(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
 def rewrite(out, change):
     """results.jsonl with `change(record)` applied to each record (and any it returns appended)."""
-    lines, extra = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()], []
+    lines, extra = json_lines(out / "results.jsonl"), []
     for record in lines:
         extra += change(record) or []
     (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines + extra))
@@ -160,10 +164,6 @@ def test_slice_rows_run_in_numeric_order_and_an_induction_figure_is_captioned(tm
     assert [row[0] for row in table(text, "## Test accuracy per `n_pairs` (chosen settings)")] == ["2", "10"]
     assert "Strongest induction head (max over layers and heads) during training, chosen settings (mean over seeds, " \
            "band: min to max):\n\n![induction.png](induction.png)" in text
-
-
-def json_lines(path):
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def test_each_slice_gets_a_panel_of_its_own_width(tmp_path, monkeypatch):
