@@ -58,6 +58,8 @@ def test_each_process_takes_its_own_rows_of_a_global_batch():
      {"sequences": 40, "amount": 5120, "unit": "tokens", "width": 0}),
     ({"train": {"batch_size": 4}}, {"sequences": 0, "amount": 0, "unit": "sequences", "width": 0}),
     ({"train": {"steps": 4}}, {"sequences": 0, "amount": 0, "unit": "sequences", "width": 0}),
+    ({"train": {"steps": 10, "batch_size": 4}, "task": {"name": "lm"}},
+     {"sequences": 40, "amount": 0, "unit": "tokens", "width": 0}),  # no length: no tokens counted
     ({"train": None, "task": {"name": "retrieval", "seq_len": 128}},
      {"sequences": 0, "amount": 0, "unit": "sequences", "width": 0}),
 ])
@@ -89,3 +91,50 @@ def test_a_diverged_run_says_what_it_kept(last_saved, start, kept):
         TrainingLoop.diverged(loop, "the loss", float("nan"), 10)
     assert str(raised.value) == f"the loss became nan at step 11 (run r); {kept}. Try a lower learning rate or " \
                                 "train.grad_clip"
+
+
+def test_the_free_memory_is_what_proc_meminfo_says():
+    from pathlib import Path
+
+    from modformer.train.preflight import available_memory
+
+    meminfo = Path("/proc/meminfo")
+    if not meminfo.exists():
+        assert available_memory() is None
+        return
+    line = next(x for x in meminfo.read_text().splitlines() if x.startswith("MemAvailable:"))
+    assert abs(available_memory() - int(line.split()[1]) * 1024) < 2 ** 30  # read twice: it moves a little
+
+
+@pytest.mark.parametrize("overrides, which", [(["train.batch_size=100000"], "train.batch_size=100,000"),
+                                              (["train.eval_batch_size=100000"], "train.eval_batch_size=100,000")])
+def test_a_batch_too_large_for_the_free_memory_names_itself_and_both_sizes(overrides, which):
+    from modformer.config import load_config
+    from modformer.train.preflight import check_memory, step_memory_floor
+
+    cfg = load_config(None, ["model.d_model=16", "model.n_heads=2", *overrides])
+    need = step_memory_floor(cfg, 32, 512)
+    with pytest.raises(ConfigError, match=rf"^{which}: one batch of sequences of 32 tokens needs at least "
+                                          rf"{need / 2 ** 30:,.1f} GiB, more than the 0\.5 GiB this machine has free"):
+        check_memory(cfg, 32, 512, 2 ** 29)
+
+
+class Wide(torch.nn.Module):
+    """A feed-forward module that doubles the width: refused by the probe."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.proj = torch.nn.Linear(cfg.d_model, cfg.d_model)
+
+    def forward(self, x):
+        return torch.cat([self.proj(x), x], -1)
+
+
+def test_preflight_names_a_wrong_ffn_by_its_config_key():
+    from modformer.config import load_config
+    from modformer.train.preflight import preflight
+    from modformer.variants.base import build_model
+
+    cfg = load_config(None, ["model.d_model=16", "model.n_heads=2", f"model.ffn={__name__}:Wide"])
+    with pytest.raises(ConfigError, match=rf"^model\.ffn={__name__}:Wide \(blocks\.0\.ffn, Wide\) returned"):
+        preflight(cfg, build_model(cfg.model, 0), 8, cfg.model.vocab_size)
