@@ -138,3 +138,24 @@ def test_preflight_names_a_wrong_ffn_by_its_config_key():
     cfg = load_config(None, ["model.d_model=16", "model.n_heads=2", f"model.ffn={__name__}:Wide"])
     with pytest.raises(ConfigError, match=rf"^model\.ffn={__name__}:Wide \(blocks\.0\.ffn, Wide\) returned"):
         preflight(cfg, build_model(cfg.model, 0), 8, cfg.model.vocab_size)
+
+
+def test_the_training_curves_show_train_and_validation_records_only(tmp_path, monkeypatch):
+    import json
+
+    from modformer.train import plots
+
+    drawn = {}
+    monkeypatch.setattr(plots, "save_figure", lambda fig, path: drawn.update(fig=fig))
+    records = [{"kind": "train", "step": 1, "loss": 2.0}, {"kind": "train", "step": 2, "loss": 1.0},
+               {"kind": "eval", "split": "validation", "step": 2, "loss": 1.5, "accuracy": 0.5},
+               {"kind": "eval", "split": "test", "step": 2, "loss": 9.0, "accuracy": 0.1},
+               {"kind": "induction", "split": "validation", "step": 2, "scores": [[0.1]]}]
+    (tmp_path / "m.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    plots.plot_training_curves(tmp_path / "m.jsonl", tmp_path / "c.png", title="t")
+    loss, accuracy = drawn["fig"].axes
+    assert [(line.get_label(), list(line.get_ydata())) for line in loss.get_lines()] == [
+        ("train", [2.0, 1.0]), ("validation", [1.5])]
+    assert [(line.get_label(), list(line.get_ydata())) for line in accuracy.get_lines()] == [("validation", [0.5])]
+    assert (loss.get_xlabel(), loss.get_ylabel(), accuracy.get_xlabel(), accuracy.get_ylabel()) == (
+        "step", "cross-entropy", "step", "accuracy")
