@@ -159,3 +159,15 @@ def test_the_training_curves_show_train_and_validation_records_only(tmp_path, mo
     assert [(line.get_label(), list(line.get_ydata())) for line in accuracy.get_lines()] == [("validation", [0.5])]
     assert (loss.get_xlabel(), loss.get_ylabel(), accuracy.get_xlabel(), accuracy.get_ylabel()) == (
         "step", "cross-entropy", "step", "accuracy")
+
+
+def test_each_logged_training_window_records_its_loss_rate_gradient_norm_and_speed(tiny_config, tmp_path):
+    import json
+
+    cfg = tiny_config("train.steps=4", "train.log_every=2", "train.eval_every=4", "train.checkpoint_every=4")
+    Trainer(cfg, tmp_path / "run", echo=lambda m: None).run()
+    windows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+               if json.loads(line)["kind"] == "train"]
+    assert [w["step"] for w in windows] == [2, 4]
+    for w in windows:
+        assert {"loss", "lr", "grad_norm", "tokens_per_s"} <= set(w) and w["grad_norm"] > 0 and w["tokens_per_s"] > 0
