@@ -171,3 +171,15 @@ def test_each_logged_training_window_records_its_loss_rate_gradient_norm_and_spe
     assert [w["step"] for w in windows] == [2, 4]
     for w in windows:
         assert {"loss", "lr", "grad_norm", "tokens_per_s"} <= set(w) and w["grad_norm"] > 0 and w["tokens_per_s"] > 0
+
+
+def test_a_run_speaks_on_stderr_by_default_and_records_each_starts_torch(tiny_config, tmp_path, capsys):
+    import json
+
+    cfg = tiny_config("train.steps=2", "train.eval_every=2", "train.checkpoint_every=2")
+    Trainer(cfg, tmp_path / "run").run()
+    Trainer(cfg, tmp_path / "run", resume=True).run()  # finished already: resumed at its last step
+    said = capsys.readouterr()
+    assert f"resumed {tmp_path / 'run'} from step 2" in said.err and "resumed" not in said.out
+    starts = json.loads((tmp_path / "run" / "run.json").read_text())["starts"]
+    assert len(starts) == 2 and {s["torch"] for s in starts} == {torch.__version__}
