@@ -15,7 +15,11 @@ def compare(name: str, cfg, want: list[float]) -> None:
     want_total, want_absolute, *want_first = want
     assert abs(total - want_total) <= 1e-6 * max(want_absolute, 1.0), name
     assert absolute == pytest.approx(want_absolute, rel=1e-6), name
-    assert first == pytest.approx(want_first, rel=1e-5, abs=1e-6), name
+    # Float32 rounding grows with depth and differs between CPUs: a 16-layer reference MixiT's
+    # logits moved by 1.2e-6 (on logits up to 0.45) between the project's AMD EPYC and Intel
+    # Xeon. A tolerance on the row's scale; a change in how a model is built moves them by far more.
+    scale = max(abs(w) for w in want_first)
+    assert first == pytest.approx(want_first, rel=1e-5, abs=max(1e-6, 1e-5 * scale)), name
 
 
 def stored(records: bool) -> dict[str, list[float]]:
