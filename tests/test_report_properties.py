@@ -13,17 +13,14 @@ from modformer.stats import summarize
 from modformer.sweep import report
 from modformer.sweep.report import write_report
 from modformer.sweep.verdict import VerdictConfig, verdict
+from modformer.train.records import read_records
 from test_quote import RUNS, assert_refused, quoted, sweep_folder
 from test_sweep import finished_sweep, table
 
 
-def json_lines(path):
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
-
 def rewrite(out, change):
     """results.jsonl with `change(record)` applied to each record (and any it returns appended)."""
-    lines, extra = json_lines(out / "results.jsonl"), []
+    lines, extra = list(read_records(out / "results.jsonl")), []
     for record in lines:
         extra += change(record) or []
     (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines + extra))
@@ -156,7 +153,7 @@ def test_runs_beyond_the_saved_grid_and_variants_seeds_that_differ_are_named(tmp
 def test_slice_rows_run_in_numeric_order_and_an_induction_figure_is_captioned(tmp_path):
     out = finished_sweep(tmp_path / "out", ["standard"], [0, 1, 2], [("standard", 0.01, s, 0.5, 0.5) for s in range(3)])
     rewrite(out, lambda r: r["summary"]["test"].update(slices={"n_pairs": {k: {"accuracy": 0.5} for k in ("10", "2")}}))
-    for r in json_lines(out / "results.jsonl"):
+    for r in read_records(out / "results.jsonl"):
         (out / r["run_dir"]).mkdir(parents=True)
         (out / r["run_dir"] / "metrics.jsonl").write_text(json.dumps({"kind": "induction", "step": 5,
                                                                       "scores": [[0.1, 0.7]]}) + "\n")

@@ -3,6 +3,7 @@ records and words, a stopped run's status, Slurm's submissions, states and setti
 was written for a survivor of the sweep package's mutation sample
 (results/mutation/sweep_survivors.txt) and names the property a silent change would break."""
 
+import contextlib
 import json
 import os
 import time
@@ -139,7 +140,6 @@ class FakeSubmitit:
                 self.params.update(params)
 
             def batch(self):
-                import contextlib
                 return contextlib.nullcontext()
 
             def submit(self, call):

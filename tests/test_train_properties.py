@@ -2,6 +2,7 @@
 what several processes agree on, and what a run's budget counts. Written for survivors of the
 package's mutation sample (results/mutation/train_survivors.txt)."""
 
+import json
 from types import SimpleNamespace
 
 import pytest
@@ -11,6 +12,7 @@ from modformer.errors import ConfigError
 from modformer.train import distributed
 from modformer.train.budget import trained
 from modformer.train.distributed import World
+from modformer.train.records import read_records
 from modformer.train.trainer import Trainer
 
 
@@ -141,8 +143,6 @@ def test_preflight_names_a_wrong_ffn_by_its_config_key():
 
 
 def test_the_training_curves_show_train_and_validation_records_only(tmp_path, monkeypatch):
-    import json
-
     from modformer.train import plots
 
     drawn = {}
@@ -162,20 +162,15 @@ def test_the_training_curves_show_train_and_validation_records_only(tmp_path, mo
 
 
 def test_each_logged_training_window_records_its_loss_rate_gradient_norm_and_speed(tiny_config, tmp_path):
-    import json
-
     cfg = tiny_config("train.steps=4", "train.log_every=2", "train.eval_every=4", "train.checkpoint_every=4")
     Trainer(cfg, tmp_path / "run", echo=lambda m: None).run()
-    windows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
-               if json.loads(line)["kind"] == "train"]
+    windows = [r for r in read_records(tmp_path / "run" / "metrics.jsonl") if r["kind"] == "train"]
     assert [w["step"] for w in windows] == [2, 4]
     for w in windows:
         assert {"loss", "lr", "grad_norm", "tokens_per_s"} <= set(w) and w["grad_norm"] > 0 and w["tokens_per_s"] > 0
 
 
 def test_a_run_speaks_on_stderr_by_default_and_records_each_starts_torch(tiny_config, tmp_path, capsys):
-    import json
-
     cfg = tiny_config("train.steps=2", "train.eval_every=2", "train.checkpoint_every=2")
     Trainer(cfg, tmp_path / "run").run()
     Trainer(cfg, tmp_path / "run", resume=True).run()  # finished already: resumed at its last step

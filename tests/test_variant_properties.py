@@ -16,6 +16,7 @@ from modformer.variants import Variant
 from modformer.variants.base import build_model, fixed_mixer, model_label, model_mixer, run_label, same_model
 from modformer.variants.stack import freeze_patterns, layer_plan, resolve_layer, resolve_layers, uniform
 from modformer.variants.standard import build_decoder
+from test_stacks import ScaledOptions
 
 SMALL = ["model.d_model=16", "model.n_heads=2"]
 SCALED = "test_stacks:Scaled"  # a part with options, as a mixer or a feed-forward module
@@ -164,7 +165,7 @@ def test_every_part_is_told_its_layer_and_built_with_its_options():
 class Refuses(torch.nn.Module):
     """A part whose own check of its options fails while it is built."""
 
-    Options = __import__("test_stacks").ScaledOptions
+    Options = ScaledOptions
 
     def __init__(self, cfg, options):
         super().__init__()
