@@ -97,3 +97,29 @@ def test_outside_a_training_step_nothing_is_collected():
         model(x)
     assert sorted(terms.values) == ["blocks.0.ffn.balance", "blocks.1.ffn.balance"]
     assert isinstance(model.blocks[0].ffn.balance, AuxLoss) and terms.weight("blocks.0.ffn.balance") == 0.01
+
+
+class Penalised(torch.nn.Module):
+    """A feed-forward module that hands each training step an auxiliary loss of exactly 3 (whose
+    gradient is 0), so that its logged mean is known."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.up = torch.nn.Linear(cfg.d_model, cfg.d_model)
+        self.penalty = AuxLoss()
+
+    def forward(self, x):
+        self.penalty(3.0 + 0.0 * self.up.weight.sum())
+        return self.up(x)
+
+
+def test_a_logged_term_is_its_mean_over_the_window_and_a_finished_run_resumed_keeps_it(tmp_path):
+    cfg = load_config("configs/retrieval.yaml", ["model.d_model=16", "model.n_heads=2", "task.test_size=50",
+                                                 "task.validation_size=20", "train.batch_size=8", "train.steps=4",
+                                                 "train.log_every=2", "train.eval_every=4", "train.progress=false",
+                                                 f"model.ffn={__name__}:Penalised"])
+    summary = train_run(cfg, tmp_path / "run")
+    names = [f"blocks.{i}.ffn.penalty" for i in range(cfg.model.n_layers)]
+    assert [r["aux"] for r in train_records(tmp_path / "run")] == [dict.fromkeys(names, 3.0)] * 2
+    assert summary["aux"] == dict.fromkeys(names, 3.0)
+    assert train_run(cfg, tmp_path / "run", resume=True)["aux"] == summary["aux"]  # from the checkpoint

@@ -155,3 +155,59 @@ def test_a_sweep_groups_its_runs_in_the_trackers(tmp_path):
     runner.out.mkdir()
     cmd, _, _ = runner.prepare(run, threads=1)
     assert yaml.safe_load(open(cmd[4]))["train"]["log_group"] == "ra"  # W&B group, MLflow experiment
+
+
+@pytest.fixture
+def fake_wandb(monkeypatch):
+    """wandb_log's `wandb`, recording what it is asked: `calls` holds init's arguments and each
+    define_metric, in order."""
+    pytest.importorskip("wandb")
+    from types import SimpleNamespace
+
+    from modformer.train.tracking import wandb_log
+
+    calls = []
+    run = SimpleNamespace(define_metric=lambda *a, **kw: calls.append(("define_metric", a, kw)))
+    fake = SimpleNamespace(init=lambda **kw: calls.append(("init", kw)) or run, Settings=dict,
+                           api=SimpleNamespace(api_key=None))
+    monkeypatch.setattr(wandb_log, "wandb", fake)
+    for name in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_BASE_URL", "WANDB_PROJECT"):
+        monkeypatch.delenv(name, raising=False)
+    return SimpleNamespace(calls=calls, module=wandb_log, api=fake.api)
+
+
+def test_each_start_of_a_run_continues_one_wandb_run_charted_by_the_training_step(fake_wandb, tmp_path):
+    import hashlib
+
+    fake_wandb.module.WandbTracker(tracking.RunInfo(run_dir=tmp_path, name="runs/r", group="grid", config={"a": 1},
+                                                    start_step=4, mlflow_uri=None))
+    [init, *metrics] = fake_wandb.calls
+    assert init == ("init", {"project": "modformer", "group": "grid", "name": "runs/r",
+                             "id": hashlib.sha1(str(tmp_path.resolve()).encode()).hexdigest()[:16], "resume": "allow",
+                             "dir": str(tmp_path), "config": {"a": 1}, "mode": "offline",
+                             "settings": {"silent": True, "console": "off"}})
+    assert metrics == [("define_metric", ("step",), {}), ("define_metric", ("*",), {"step_metric": "step"})]
+
+
+def test_wandb_goes_online_only_with_a_key_and_a_server_that_answers(fake_wandb, monkeypatch):
+    asked = []
+
+    class Connection:
+        def close(self):
+            pass
+
+    def connect(address, timeout):
+        asked.append(address)
+        if address[0] == "down.example":
+            raise OSError("unreachable")
+        return Connection()
+
+    monkeypatch.setattr(fake_wandb.module.socket, "create_connection", connect)
+    mode = fake_wandb.module._mode
+    assert mode() == "offline" and asked == []  # no key: not even asked
+    fake_wandb.api.api_key = "from ~/.netrc"
+    assert mode() == "online" and asked == [("api.wandb.ai", 443)]
+    monkeypatch.setenv("WANDB_BASE_URL", "http://down.example:8080")
+    assert mode() == "offline" and asked[-1] == ("down.example", 8080)
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    assert mode() == "disabled"

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from modformer.errors import ConfigError
+from modformer.errors import ConfigError, ModformerError
 from modformer.train import distributed
 from modformer.train.budget import trained
 from modformer.train.distributed import World
@@ -178,3 +178,77 @@ def test_a_run_speaks_on_stderr_by_default_and_records_each_starts_torch(tiny_co
     assert f"resumed {tmp_path / 'run'} from step 2" in said.err and "resumed" not in said.out
     starts = json.loads((tmp_path / "run" / "run.json").read_text())["starts"]
     assert len(starts) == 2 and {s["torch"] for s in starts} == {torch.__version__}
+
+
+def test_other_processes_stop_with_a_message_when_rank_0_fails(two_processes):
+    from pathlib import Path
+
+    two_processes[0] = torch.tensor([1.0])  # rank 0 reports a problem
+    rank_1 = SimpleNamespace(world=World(rank=1, size=2), run_dir=Path("runs/r"))
+    ran = []
+    with pytest.raises(ModformerError, match=r"^rank 0 could not prepare runs/r \(its message says why\)$"):
+        Trainer._on_main(rank_1, lambda: ran.append(1))
+    assert ran == []  # only rank 0 runs the step
+
+
+@pytest.fixture
+def torchrun(monkeypatch):
+    """The environment torchrun gives rank 1 of 2, with a process group that records how it
+    was asked for instead of starting (and a GPU that is only recorded)."""
+    asked = {}
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setattr(distributed.torch.cuda, "set_device", lambda device: asked.update(gpu=device))
+    monkeypatch.setattr(distributed.dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(distributed.dist, "init_process_group", lambda backend: asked.update(backend=backend))
+    monkeypatch.setattr(distributed.dist, "get_rank", lambda: 1)
+    monkeypatch.setattr(distributed.dist, "get_world_size", lambda: 2)
+    return asked
+
+
+def test_under_torchrun_each_process_takes_its_local_gpu_and_nccl(torchrun):
+    gpu = torch.device("cuda", 1)
+    assert distributed.init_world(torch.device("cuda")) == (World(1, 2, gpu), gpu)
+    assert torchrun == {"gpu": gpu, "backend": "nccl"}
+
+
+def test_under_torchrun_on_cpus_the_processes_use_gloo(torchrun, monkeypatch):
+    cpu = torch.device("cpu")
+    assert distributed.init_world(cpu) == (World(1, 2, cpu), cpu)
+    assert torchrun == {"backend": "gloo"}
+    monkeypatch.delenv("LOCAL_RANK")  # torchrun always sets it; a launcher that does not means GPU 0
+    assert distributed.init_world(torch.device("cuda"))[1] == torch.device("cuda", 0)
+
+
+def test_without_torchrun_there_is_one_process_and_no_group(torchrun, monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE")
+    assert distributed.init_world(torch.device("cpu")) == (World(), torch.device("cpu"))
+    assert torchrun == {}
+
+
+def test_several_processes_train_through_ddp_on_their_own_gpu(monkeypatch):
+    wrapped = []
+    monkeypatch.setattr(torch.nn.parallel, "DistributedDataParallel",
+                        lambda model, device_ids: wrapped.append(device_ids) or ("ddp", model))
+    model = torch.nn.Linear(2, 2)
+    assert World().wrap(model) is model and wrapped == []
+    assert World(1, 2, torch.device("cuda", 1)).wrap(model) == ("ddp", model)
+    assert World(1, 2, torch.device("cpu")).wrap(model) == ("ddp", model)
+    assert wrapped == [[1], None]
+
+
+def test_the_peak_shrinks_the_multiply_to_fit_the_time_given(monkeypatch):
+    from modformer.train import mfu
+
+    sizes = []
+
+    def timed(a, b, device):  # a machine of 2 GFLOP/s
+        sizes.append(a.shape[0])
+        return 2 * a.shape[0] ** 3 / 2e9
+
+    monkeypatch.setattr(mfu, "_timed_multiply", timed)
+    assert mfu.matmul_peak("fp32", size=1024, repeats=2) == pytest.approx(2e9)
+    assert sizes == [1024] * 3  # no time given: the size asked for
+    sizes.clear()
+    assert mfu.matmul_peak("fp32", size=1024, repeats=2, seconds=0.5) == pytest.approx(2e9)
+    assert sizes == [128, 768, 768, 768]  # a probe, then (0.5 s x 2 GFLOP/s / 2) ** (1/3) = 794, down to 768

@@ -45,6 +45,14 @@ class World:
             dist.all_reduce(value)
         return value
 
+    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        """What the training forward goes through: the model itself in one process, else DDP
+        (which averages the gradients in backward) on this process's GPU, or on the CPU."""
+        if self.size == 1:
+            return model
+        return torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+
     def any(self, flag: bool) -> bool:
         """True on every process if it is true on any (so that all stop at the same step)."""
         if self.size == 1:

@@ -225,7 +225,7 @@ class TrainingLoop:
 
     def restore(self, ckpt: Checkpoint, path) -> None:
         """Continue from `ckpt` (read from `path`): weights, optimizer, generators, loss window."""
-        load_model_state(self.model, {k: v.to(self.device) for k, v in ckpt.model.items()}, path)
+        load_model_state(self.model, ckpt.model, path)  # copied onto the model's device
         names = {p: n for n, p in self.model.named_parameters() if p.requires_grad}
         load_optimizer_tensors(self.optimizer, names, ckpt.optimizer)
         restore_rng(ckpt.rng)

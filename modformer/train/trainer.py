@@ -257,8 +257,7 @@ class Trainer(TrainingLoop):
         # A resumed run that has its own checkpoint never needs its source again (it may be gone).
         if tc.init_from is not None and not (self.resume and list_checkpoints(self.ckpt_dir)):
             source = checkpoint_file(Path(tc.init_from))
-            load_model_state(self.model, {k: v.to(self.device) for k, v in read_checkpoint(source).model.items()},
-                             source)
+            load_model_state(self.model, read_checkpoint(source).model, source)  # copied onto the model's device
         # Every part probed, and every analysis asked for checked, before anything is written.
         preflight(cfg, self.model, self.task.seq_len, self.task.vocab_size, self.echo)
         # The held-out sets are drawn before timing starts, and before the run directory: data
@@ -277,9 +276,7 @@ class Trainer(TrainingLoop):
             info = RunInfo(run_dir=self.run_dir, name=str(self.run_dir), config=cfg.to_dict(), start_step=start,
                            group=tc.log_group or self.run_dir.resolve().parent.name, mlflow_uri=tc.mlflow_uri)
             self.metrics.track(open_trackers(tc.log_to, info))
-        # DDP averages gradients in backward; evaluation and checkpoints use the plain model.
-        self.step_model = self.model if self.world.size == 1 else torch.nn.parallel.DistributedDataParallel(
-            self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+        self.step_model = self.world.wrap(self.model)  # evaluation and checkpoints use the plain model
         if tc.compile:  # checkpoints and evaluation keep using the plain model (no `_orig_mod.` in names)
             self.step_model = torch.compile(self.step_model)
         if start > tc.steps:
