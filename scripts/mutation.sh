@@ -49,6 +49,10 @@ also_copy = ["configs", "examples", "docs", "results", "README.md"]  # what test
 pytest_add_cli_args = ["-n", "0", "-p", "no:cacheprovider"]
 TOML
 (cd "$work"
+ # A test that starts another Python (a sweep's workers, the CLI in a subprocess) imports the
+ # mutated copy too, not the checkout the virtual environment installs: it honours the mutant
+ # that mutmut names in MUTANT_UNDER_TEST, and reads the same code version as the test.
+ export PYTHONPATH="$work/mutants${PYTHONPATH:+:$PYTHONPATH}"
  if [ -n "$sample" ]; then
    # A filter that matches nothing makes mutmut generate every mutant and record which tests
    # reach which code, then stop; the sample is drawn from what it generated.
@@ -102,10 +106,9 @@ else:
     counts = {k: stats.get(k, 0) for k in ("killed", "survived", "no_tests", "timeout", "total")}
     unchecked = 0
 if not counts["killed"] + counts["survived"] + counts["no_tests"]:
-    # mutmut checked nothing: its clean run failed, or the tests run the code in another
-    # process (a subprocess imports the installed package, not the mutated copy).
+    # mutmut checked nothing: its clean run failed (its log's end says why).
     print(f"mutmut checked no mutant of {module} ({unchecked} of the sample unchecked): nothing recorded. "
-          f"Its clean run failed, or the tests run the module in another process; its log ends:", file=sys.stderr)
+          f"Its clean run failed; its log ends:", file=sys.stderr)
     sys.exit(3)
 record = {"date": time.strftime("%Y-%m-%d"), "code_version": version, "machine": machine(), "module": module,
           "tests": tests, **counts}

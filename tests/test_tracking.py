@@ -211,3 +211,38 @@ def test_wandb_goes_online_only_with_a_key_and_a_server_that_answers(fake_wandb,
     assert mode() == "offline" and asked[-1] == ("down.example", 8080)
     monkeypatch.setenv("WANDB_MODE", "disabled")
     assert mode() == "disabled"
+
+
+def test_mlflow_stores_in_mlruns_here_by_default_and_logs_every_parameter_100_a_call(tmp_path, monkeypatch):
+    pytest.importorskip("mlflow")
+    from types import SimpleNamespace
+
+    from modformer.train.tracking import mlflow_log
+
+    seen = {"batches": []}
+
+    class Client:
+        def __init__(self, tracking_uri):
+            seen["uri"] = tracking_uri
+
+        def get_experiment_by_name(self, name):
+            return None
+
+        def create_experiment(self, name):
+            return "7"
+
+        def create_run(self, experiment_id, run_name):
+            return SimpleNamespace(info=SimpleNamespace(run_id="r1"))
+
+        def log_batch(self, run_id, params):
+            seen["batches"].append([(p.key, p.value) for p in params])
+
+    monkeypatch.setattr(mlflow_log, "MlflowClient", Client)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.chdir(tmp_path)
+    config = {"train": {f"k{i:03d}": i for i in range(250)}}
+    mlflow_log.MlflowTracker(tracking.RunInfo(run_dir=tmp_path, name="r", group="g", config=config, start_step=0,
+                                              mlflow_uri=None))
+    assert seen["uri"] == (tmp_path / "mlruns").as_uri()
+    assert [len(b) for b in seen["batches"]] == [100, 100, 50]
+    assert sum(seen["batches"], []) == [(f"train.k{i:03d}", str(i)) for i in range(250)]

@@ -240,10 +240,11 @@ def test_several_processes_train_through_ddp_on_their_own_gpu(monkeypatch):
 def test_the_peak_shrinks_the_multiply_to_fit_the_time_given(monkeypatch):
     from modformer.train import mfu
 
-    sizes = []
+    sizes, dtypes = [], set()
 
     def timed(a, b, device):  # a machine of 2 GFLOP/s
         sizes.append(a.shape[0])
+        dtypes.add(a.dtype)
         return 2 * a.shape[0] ** 3 / 2e9
 
     monkeypatch.setattr(mfu, "_timed_multiply", timed)
@@ -252,3 +253,22 @@ def test_the_peak_shrinks_the_multiply_to_fit_the_time_given(monkeypatch):
     sizes.clear()
     assert mfu.matmul_peak("fp32", size=1024, repeats=2, seconds=0.5) == pytest.approx(2e9)
     assert sizes == [128, 768, 768, 768]  # a probe, then (0.5 s x 2 GFLOP/s / 2) ** (1/3) = 794, down to 768
+    assert dtypes == {torch.float32}
+    mfu.matmul_peak("bf16", size=256, repeats=1)
+    assert dtypes == {torch.float32, torch.bfloat16}
+
+
+def test_a_runs_peak_is_a_1024_multiply_where_one_takes_under_50_ms(monkeypatch):
+    from modformer.config import load_config
+    from modformer.train import mfu
+
+    sizes = []
+
+    def timed(a, b, device):  # a machine of 20 TFLOP/s: a 1024 multiply takes 0.1 ms
+        sizes.append(a.shape[0])
+        return 2 * a.shape[0] ** 3 / 2e13
+
+    monkeypatch.setattr(mfu, "_timed_multiply", timed)
+    cfg = load_config(None, ["model.d_model=16", "model.n_heads=2"]).model
+    measured = mfu.utilisation(cfg, 8, tokens_per_s=1e6, precision="fp32", device=torch.device("cpu"))
+    assert sizes == [128, 1024, 1024, 1024, 1024] and measured["matmul_peak_gflops"] == pytest.approx(2e4)
