@@ -52,7 +52,9 @@ TOML
  # A test that starts another Python (a sweep's workers, the CLI in a subprocess) imports the
  # mutated copy too, not the checkout the virtual environment installs: it honours the mutant
  # that mutmut names in MUTANT_UNDER_TEST, and reads the same code version as the test.
- export PYTHONPATH="$work/mutants${PYTHONPATH:+:$PYTHONPATH}"
+ # (Imported there, mutmut's trampoline reads its configuration and warns that
+ # paths_to_mutate is deprecated, on a stderr that tests read word for word.)
+ export PYTHONPATH="$work/mutants${PYTHONPATH:+:$PYTHONPATH}" PYTHONWARNINGS="ignore::UserWarning:mutmut.configuration"
  if [ -n "$sample" ]; then
    # A filter that matches nothing makes mutmut generate every mutant and record which tests
    # reach which code, then stop; the sample is drawn from what it generated.
