@@ -329,3 +329,35 @@ def test_a_base_section_that_is_not_a_mapping_is_refused_where_the_variant_is_se
     path.write_text(yaml.safe_dump({"model": [1], "task": {"name": "retrieval"}, "sweep": {"variants": ["standard"]}}))
     with pytest.raises(ConfigError, match=r"^sweep\.variants: 'model' is not a section$"):
         load_sweep(path).runs()
+
+
+def test_the_jobs_of_runs_recorded_done_are_not_asked_after(tmp_path, monkeypatch):
+    import json
+
+    from modformer.sweep import status
+
+    _, out = _planned(tmp_path)
+    (out / "slurm").mkdir()
+    (out / "slurm" / "jobs.jsonl").write_text("".join(json.dumps({"run_id": f"{v}/default/seed0", "job_id": f"9_{i}",
+                                                                  "base": {}}) + "\n"
+                                                      for i, v in enumerate(["standard", "mixit"])))
+    (out / "results.jsonl").write_text(json.dumps({"run_id": "mixit/default/seed0", "status": "done",
+                                                         "summary": {"test": {"accuracy": 0.5, "loss": 1.0}}}) + "\n")
+    asked = []
+    monkeypatch.setattr(status, "job_states", lambda out, jobs, **_: asked.append(sorted(jobs)) or {})
+    assert status.run_statuses(out)[1][:2] == ("mixit/default/seed0", "done")
+    assert asked == [["standard/default/seed0"]]
+
+
+@pytest.mark.parametrize("squeue, words", [((None, "squeue: timed out"), "; squeue too: squeue: timed out"),
+                                           (({}, ""), "; squeue answers")])
+def test_an_accounting_outage_says_whether_squeue_answers(tmp_path, monkeypatch, squeue, words):
+    from modformer.sweep import slurm_states
+
+    monkeypatch.setattr(slurm_states, "ask_sacct", lambda ids: (None, "sacct: connection refused"))
+    monkeypatch.setattr(slurm_states, "ask_squeue", lambda ids: squeue)
+    said = []
+    states = slurm_states.query_states(tmp_path, {"r": {"job_id": "9_1", "submitted_s": 0}}, echo=said.append)
+    assert states == {"r": "UNKNOWN"}
+    assert said == [f"Slurm accounting unreachable (sacct: connection refused{words}): a job neither lists is unknown, "
+                    f"never taken for ended, until accounting answers"]

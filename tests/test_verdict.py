@@ -187,3 +187,19 @@ def test_a_verdict_over_a_budget_axis_reads_the_curve_of_the_records(tmp_path):
     (folder / "results.jsonl").write_text("\n".join(lines) + "\n")
     assert render("s frozen_qk test.accuracy verdict=solves over train.steps", Records(tmp_path)) == "does not"
     assert render("s frozen_qk train.steps=3200 test.accuracy verdict=solves", Records(tmp_path)) == "unconverged"
+
+
+def test_near_at_the_exact_edges_of_its_margin():
+    """An interval that ends exactly on the margin's edge lies within it (agrees), and one that
+    ends exactly on its lower edge from below is not outside it (no order)."""
+    from modformer.stats import summarize
+
+    values = [1.0, 2.0, 3.0]
+    low, high = summarize(values).interval(None)  # -0.484..., 4.484...
+    target = low + 4.0
+    assert target - 4.0 == low and high <= target + 4.0  # the edges are exact in floating point
+    assert verdict("near", values, VerdictConfig(margin=4.0), "here", target=target) == "agrees"
+    target = high + 0.5
+    assert target - 0.5 == high
+    assert verdict("near", values, VerdictConfig(margin=0.5), "here", target=target) == "no order at this budget"
+    assert verdict("near", values, VerdictConfig(margin=0.5), "here", target=target + 0.5) == "does not"
