@@ -84,9 +84,9 @@ def test_one_layer_fits_past_the_current_token_floor(tmp_path):
     assert test["fit_error"] < 0.4 < test["current_token_floor"]
 
 
-def test_the_report_section_tables_and_draws_every_grid_point(tmp_path):
-    from modformer.papers.random_attention.theorem51 import FIGURE, fit_error_section
-
+def theorem_groups():
+    """A causal-regression sweep's records by (variant, grid point): standard and frozen_qk, at
+    2 and 8 heads and d_ff 16 and 64, three seeds each (fit_error 0.2 + 0.01 seed, and 0.4 + ...)."""
     def record(variant, heads, d_ff, seed, error):
         return {"variant": variant, "seed": seed, "point": {"model.n_heads": heads, "model.d_ff": d_ff},
                 "summary": {"task": "causal_regression", "test": {"fit_error": error, "current_token_floor": 0.5}}}
@@ -97,6 +97,13 @@ def test_the_report_section_tables_and_draws_every_grid_point(tmp_path):
             for d_ff in (16, 64):
                 groups[(variant, f"model.n_heads={heads}, model.d_ff={d_ff}")] = [
                     record(variant, heads, d_ff, seed, base + 0.01 * seed) for seed in range(3)]
+    return groups
+
+
+def test_the_report_section_tables_and_draws_every_grid_point(tmp_path):
+    from modformer.papers.random_attention.theorem51 import FIGURE, fit_error_section
+
+    groups = theorem_groups()
     lines = fit_error_section(tmp_path, ["standard", "frozen_qk"], groups, {})
     rows = [line for line in lines if line.startswith("| 16 |") or line.startswith("| 64 |")]
     assert len(rows) == 4 and all(row.count("0.210 ±") == 1 and row.count("0.410 ±") == 1 for row in rows)

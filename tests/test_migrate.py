@@ -121,12 +121,14 @@ def test_no_reader_outside_the_migrations_knows_a_former_name():
     assert naming == [], naming
 
 
-def test_an_llm_modules_folder_of_the_one_folder_layout_becomes_its_sweep(tmp_path):
-    """`modformer llm-modules` once ran every arm and seed in one folder (runs/ARM/seed_S/, one
-    config.yaml naming every arm and seed, split.json): laid out so from a committed sweep's
-    runs, migrated, it is that sweep again, its report the committed one."""
-    sweep = Path(__file__).resolve().parents[1] / "results" / "llm_modules" / "facts_two_bridges_one_layer"
-    folder = tmp_path / "two_bridges"
+ONE_FOLDER_SWEEP = Path(__file__).resolve().parents[1] / "results" / "llm_modules" / "facts_two_bridges_one_layer"
+
+
+def lay_out_one_folder(folder: Path) -> list[dict]:
+    """The committed sweep ONE_FOLDER_SWEEP's runs laid out in `folder` as `modformer llm-modules`
+    once wrote them (runs/ARM/seed_S/, one config.yaml naming every arm and seed, split.json);
+    returns the sweep's results records."""
+    sweep = ONE_FOLDER_SWEEP
     rows = [json.loads(line) for line in (sweep / "results.jsonl").read_text().splitlines()]
     for row in rows:
         run = folder / "runs" / row["variant"] / f"seed_{row['seed']}"
@@ -138,6 +140,14 @@ def test_an_llm_modules_folder_of_the_one_folder_layout_becomes_its_sweep(tmp_pa
     cfg["arms"], cfg["seeds"] = list(dict.fromkeys(r["variant"] for r in rows)), sorted({r["seed"] for r in rows})
     (folder / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     shutil.copy2(first / "split.json", folder / "split.json")
+    return rows
+
+
+def test_an_llm_modules_folder_of_the_one_folder_layout_becomes_its_sweep(tmp_path):
+    """`modformer llm-modules` once ran every arm and seed in one folder: laid out so from a
+    committed sweep's runs, migrated, it is that sweep again, its report the committed one."""
+    sweep, folder = ONE_FOLDER_SWEEP, tmp_path / "two_bridges"
+    rows = lay_out_one_folder(folder)
     assert migrate(folder).kind == "sweep"
     assert yaml.safe_load((folder / "sweep.yaml").read_text())["format"] == FORMAT
     moved = {r["run_id"]: r["summary"] for r in map(json.loads, (folder / "results.jsonl").read_text().splitlines())}
