@@ -45,6 +45,12 @@ def tiny_config():
     return make
 
 
+def pretrained_settings(teacher) -> dict:
+    """The knowledge-pretrained settings that read `tiny_teacher`: its folder, its corpus, two
+    evaluation blocks of 16 tokens."""
+    return {"model": str(teacher), "corpus": str(teacher / "corpus.txt"), "eval_blocks": 2, "block_len": 16}
+
+
 @pytest.fixture(scope="module")
 def tiny_teacher(tmp_path_factory):
     """A local folder holding a 2-layer random Llama and a word-level tokenizer of the facts and

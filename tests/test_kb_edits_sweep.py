@@ -10,6 +10,7 @@ import pytest
 import torch
 import yaml
 
+from conftest import pretrained_settings
 from modformer.cli import main
 from modformer.papers.knowledge.edits import EditRunConfig, draw, run_edits
 from modformer.migrate import FORMAT
@@ -36,8 +37,7 @@ def but_last_line(report: str) -> str:
 
 @pytest.mark.slow  # eight processes on a tiny random Llama: about a minute on 2 cores
 def test_the_edits_as_a_sweep_give_the_folders_records(tiny_teacher, tmp_path, capsys):
-    settings = {"model": str(tiny_teacher), "corpus": str(tiny_teacher / "corpus.txt"), "eval_blocks": 2,
-                "block_len": 16, "require_known": False, "max_steps": 40,
+    settings = {**pretrained_settings(tiny_teacher), "require_known": False, "max_steps": 40,
                 "lr": {"entries": 0.03, "one_down_proj": 0.03, "all_ffns": 0.01}}
     folder = tmp_path / "folder"  # the same edits measured in this process, into one folder's edits.jsonl
     threads = torch.get_num_threads()

@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 
+from conftest import pretrained_settings
 from modformer.cli import main
 from modformer.errors import ModformerError
 from modformer.papers.knowledge.ladder import LadderConfig, run_ladder
@@ -18,8 +19,7 @@ def test_one_run_of_each_kind_on_a_local_llama_folder_and_the_repair_as_a_sweep(
     run measured in their folders, then the repair's two arms as a sweep of two workers."""
     import yaml
 
-    settings = {"model": str(tiny_teacher), "corpus": str(tiny_teacher / "corpus.txt"), "eval_blocks": 2,
-                "block_len": 16}
+    settings = pretrained_settings(tiny_teacher)
     config = tmp_path / "kb.yaml"  # a config file, then overrides: the one argument style
     config.write_text(yaml.safe_dump({**settings, "eval_blocks": 3}))
     ladder_run = tmp_path / "ladder"
@@ -70,8 +70,7 @@ def test_the_ladder_as_a_sweep_gives_the_folders_records(tiny_teacher, tmp_path,
     reported once, an arm with nothing at a point records nothing, and --status reads it."""
     import yaml
 
-    settings = {"model": str(tiny_teacher), "corpus": str(tiny_teacher / "corpus.txt"), "eval_blocks": 2,
-                "block_len": 16}
+    settings = pretrained_settings(tiny_teacher)
     folder = tmp_path / "folder"  # the same ladder measured in this process, into one folder's ladder.jsonl
     threads = torch.get_num_threads()
     try:  # one thread, as each of the sweep's two workers on two cores (the factorizations' sums in its order)

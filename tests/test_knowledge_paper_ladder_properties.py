@@ -10,6 +10,7 @@ import pytest
 import torch
 import yaml
 
+from conftest import pretrained_settings
 from modformer.cli import main
 from modformer.papers.knowledge import report as report_module
 from modformer.papers.knowledge.command import _settings
@@ -41,17 +42,13 @@ HEADER = ("| arm | n_E | d_E / rank | FFN parameters | of the original | mean ou
           "perplexity | known facts | time (s) |")
 
 
-def _settings_of(teacher):
-    return {"model": str(teacher), "corpus": str(teacher / "corpus.txt"), "eval_blocks": 2, "block_len": 16}
-
-
 # -- the ladder's runs -------------------------------------------------------------------------
 
 def test_a_ladder_point_records_each_arm_with_its_sizes_parameters_and_the_scored_model(tiny_teacher, tmp_path):
     """At (n_E, d_E) = (d_ff, d_ff / 2) on a 2-layer Llama of width 32 and d_ff 64: the shared
     base's budget, each layer its own base (n_E, d_E recorded), and the low-rank control of
     the rank closest to that budget (rank recorded), scored as the truncated model itself."""
-    run_ladder(LadderConfig(**_settings_of(tiny_teacher), points=[[1, 0.5]], threads=1), tmp_path)
+    run_ladder(LadderConfig(**pretrained_settings(tiny_teacher), points=[[1, 0.5]], threads=1), tmp_path)
     records = {r["key"]: r for r in read_records(tmp_path / "ladder.jsonl")}
     assert list(records) == ["original", "shared/64/32", "own/64/32", "lowrank/14"]
     budget = coefficient_parameters(2, 32, 64, 32, shared=True)
@@ -102,7 +99,7 @@ def test_the_ladder_command_runs_offline_and_marks_its_folder_done(tiny_teacher,
     here is on the hub), reads a sweep's config file as one run, and writes summary.json."""
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     config = tmp_path / "ladder.yaml"
-    config.write_text(yaml.safe_dump({**_settings_of(tiny_teacher), "threads": 1,
+    config.write_text(yaml.safe_dump({**pretrained_settings(tiny_teacher), "threads": 1,
                                       "sweep": {"experiment": "knowledge_ladder", "seeds": [0]}}))
     out = tmp_path / "run"
     assert main(["knowledge-pretrained", "ladder", str(config), "arms=[original]", "points=[[1, 0.5]]",
